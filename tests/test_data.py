@@ -1,0 +1,135 @@
+"""Data registry, downloads (against a local HTTP server on 127.0.0.1) and the loaders."""
+
+import functools
+import gzip
+import hashlib
+import http.server
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from utils import data
+from utils.data import DataError, Remote, digest, fetch_remote
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Serve tmp_path/www on a free port of 127.0.0.1; yields the base URL."""
+    www = tmp_path / "www"
+    www.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *args: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield www, f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _remote(url: str, content: bytes, **kw) -> Remote:
+    return Remote("toy/file.txt", url, kw.pop("sha256", hashlib.sha256(content).hexdigest()), **kw)
+
+
+def test_download_verifies_and_places_the_file(server, tmp_path):
+    www, base = server
+    (www / "file.txt").write_bytes(b"to be or not to be\n")
+    remote = _remote(base + "file.txt", b"to be or not to be\n")
+    path = fetch_remote(remote, root=tmp_path / "cache")
+    assert path == tmp_path / "cache" / "toy" / "file.txt"
+    assert path.read_bytes() == b"to be or not to be\n"
+    assert fetch_remote(remote, root=tmp_path / "cache") == path  # second call: no download
+
+
+def test_checksum_mismatch_is_rejected_and_leaves_nothing(server, tmp_path):
+    www, base = server
+    (www / "file.txt").write_bytes(b"tampered")
+    remote = _remote(base + "file.txt", b"original")
+    with pytest.raises(DataError, match="failed its checksum") as err:
+        fetch_remote(remote, root=tmp_path / "cache")
+    assert base + "file.txt" in str(err.value)
+    assert list((tmp_path / "cache" / "toy").iterdir()) == []  # no partial or bad file
+
+
+def test_offline_error_names_file_url_and_setting(tmp_path):
+    remote = _remote("http://127.0.0.1:9/file.txt", b"x")  # port 9 (discard): nothing listens
+    with pytest.raises(DataError) as err:
+        fetch_remote(remote, root=tmp_path)
+    message = str(err.value)
+    for needed in ("toy/file.txt", "http://127.0.0.1:9/file.txt", "SEQ_DATA_DIR", "offline"):
+        assert needed in message
+    assert not (tmp_path / "toy" / "file.txt").exists()
+
+
+def test_corrupted_local_file_is_reported(tmp_path):
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "file.txt").write_bytes(b"half a fi")
+    with pytest.raises(DataError, match="corrupted"):
+        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"half a file"), root=tmp_path)
+
+
+def test_gunzip_digest_ignores_the_gzip_wrapper(tmp_path):
+    a, b = tmp_path / "a.gz", tmp_path / "b.gz"
+    a.write_bytes(gzip.compress(b"same content", compresslevel=1, mtime=0))
+    b.write_bytes(gzip.compress(b"same content", compresslevel=9, mtime=1))
+    assert a.read_bytes() != b.read_bytes()
+    assert digest(a, "gunzip") == digest(b, "gunzip") == hashlib.sha256(b"same content").hexdigest()
+
+
+def test_read_idx_parses_a_tiny_file(tmp_path):
+    header = bytes([0, 0, 8, 3]) + (2).to_bytes(4, "big") + (2).to_bytes(4, "big") * 2
+    path = tmp_path / "toy-idx3-ubyte.gz"
+    path.write_bytes(gzip.compress(header + bytes(range(8))))
+    images = data.read_idx(path)
+    assert images.shape == (2, 2, 2) and images.dtype == np.uint8 and images[1, 1, 1] == 7
+
+
+def test_unknown_names_and_bad_arguments_are_explained():
+    with pytest.raises(DataError, match="Unknown dataset"):
+        data.fetch("imagenet", "x")
+    with pytest.raises(ValueError, match="split"):
+        data.load_imdb("validation")
+    with pytest.raises(ValueError, match="limit"):
+        data.load_tiny_shakespeare(limit=0)
+    with pytest.raises(ValueError, match="differ"):
+        data.load_multi30k(src="en", tgt="en")
+
+
+def test_default_data_dir_is_the_repo_cache(monkeypatch):
+    monkeypatch.delenv("SEQ_DATA_DIR", raising=False)
+    assert data.data_dir() == Path(data.__file__).resolve().parent.parent / "data"
+
+
+# ------------------------------------------------------- the real datasets (offline mirror)
+needs_data = pytest.mark.skipif(
+    not (data.data_dir() / "tinyshakespeare" / "input.txt").exists(),
+    reason="course data not available: set SEQ_DATA_DIR to the dataset mirror",
+)
+
+
+@needs_data
+@pytest.mark.parametrize("dataset", sorted(data.REGISTRY))
+def test_every_registered_file_matches_its_checksum(dataset):
+    for name in data.REGISTRY[dataset]:
+        assert data.fetch(dataset, name).exists()
+
+
+@needs_data
+def test_loaders_return_the_documented_sizes():
+    assert len(data.load_tiny_shakespeare("all")) == 1_115_394
+    train, val = data.load_tiny_shakespeare("train"), data.load_tiny_shakespeare("val")
+    assert train + val == data.load_tiny_shakespeare("all")
+    assert [len(data.load_multi30k(s, "en", "fr")) for s in ("train", "val", "test")] == [
+        29_000, 1_014, 1_000]
+    images, labels = data.load_fashion_mnist("test", limit=100)
+    assert images.shape == (100, 28, 28) and images.dtype == np.uint8 and labels.max() <= 9
+
+
+@needs_data
+def test_imdb_limit_takes_a_balanced_seeded_subset():
+    full = data.load_imdb("test")
+    assert len(full) == 25_000 and full.labels.mean() == 0.5
+    a, b = data.load_imdb("test", limit=400), data.load_imdb("test", limit=400)
+    assert a.texts == b.texts and 0.4 < a.labels.mean() < 0.6

@@ -1,0 +1,68 @@
+"""utils.ngram: add-k n-gram language models."""
+
+import math
+
+import numpy as np
+import pytest
+
+from utils.ngram import NGramLM
+
+STREAM = np.array([2, 4, 5, 4, 5, 6, 4, 5, 4, 7, 5, 6])  # ids in [0, 8), 2 doubles as <sos>
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("k", [0.0, 0.5, 1.0])
+def test_distributions_sum_to_one(order, k):
+    model = NGramLM(order, vocab_size=8, k=k).fit(STREAM)
+    for context in ([], [4], [4, 5], [6, 4], [7, 7]):  # seen and unseen contexts
+        p = model.next_distribution(context)
+        assert p.shape == (8,) and (p >= 0).all()
+        if k > 0 or p.sum() > 0:  # k = 0 gives no mass to a context never seen
+            assert p.sum() == pytest.approx(1.0)
+
+
+def test_probabilities_match_counting_by_hand():
+    model = NGramLM(2, vocab_size=8, k=1.0).fit(STREAM)
+    # bigrams starting with 4 in the padded stream: 45, 45, 45, 47 -> count(4) = 4
+    assert model.next_distribution([4])[5] == pytest.approx((3 + 1) / (4 + 8))
+    assert model.next_distribution([4])[6] == pytest.approx((0 + 1) / (4 + 8))
+    mle = NGramLM(1, vocab_size=8, k=0.0).fit(STREAM)
+    assert mle.next_distribution([])[4] == pytest.approx(4 / len(STREAM))
+
+
+def test_probs_shape_and_with_k_shares_counts():
+    model = NGramLM(3, vocab_size=8, k=1.0).fit(STREAM)
+    assert model.probs(STREAM[:5]).shape == (5,)
+    sharp = model.with_k(0.01)
+    assert sharp.grams is model.grams and sharp.k == 0.01
+    assert sharp.perplexity(STREAM) < model.perplexity(STREAM)  # training data: less smoothing fits better
+
+
+def test_uniform_and_zero_probability_perplexity():
+    V = 8
+    empty_counts = NGramLM(1, vocab_size=V, k=1.0).fit([])  # no data: add-k is uniform
+    assert empty_counts.perplexity(STREAM) == pytest.approx(V)
+    mle = NGramLM(2, vocab_size=V, k=0.0).fit(STREAM)
+    assert mle.perplexity([4, 3]) == math.inf  # bigram 4->3 never seen
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="token ids"):
+        NGramLM(2, vocab_size=4).fit([0, 5])
+    with pytest.raises(ValueError, match="fit"):
+        NGramLM(2, vocab_size=4).probs([0, 1])
+    with pytest.raises(AssertionError, match="order"):
+        NGramLM(0, vocab_size=4)
+
+
+def test_sampling_is_seeded_and_in_range():
+    model = NGramLM(2, vocab_size=8, k=0.1).fit(STREAM)
+    a = model.sample([4], 20, np.random.default_rng(0))
+    b = model.sample([4], 20, np.random.default_rng(0))
+    assert a == b and all(0 <= t < 8 for t in a)
+
+
+def test_overfit_a_deterministic_stream():
+    cycle = np.tile([4, 5, 6, 7], 50)  # fully predictable from one previous token
+    model = NGramLM(2, vocab_size=8, k=1e-6).fit(cycle)
+    assert model.perplexity(cycle) < 1.001

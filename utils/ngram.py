@@ -1,0 +1,115 @@
+"""Count-based n-gram language models with add-k smoothing, over integer token ids.
+
+An order-n model predicts token x_t from the n-1 tokens before it:
+
+    P(x_t = w | c) = (count(c, w) + k) / (count(c) + k * V),   c = x_{t-n+1} .. x_{t-1}
+
+Counting is vectorized: every n-gram of ids becomes one int64 key (its digits in base V),
+`np.unique` counts the keys, and `np.searchsorted` looks them up. Nothing of size V**n is
+ever allocated, so word-level trigrams over a 6k-word vocabulary fit in a few MB.
+The sequence is treated as one stream; n-1 copies of `bos_id` are put in front of it
+(when fitting and when scoring), so every token is predicted and models of different
+orders are scored on exactly the same tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _as_ids(ids: Sequence[int] | np.ndarray, vocab_size: int) -> np.ndarray:
+    arr = np.asarray(ids, dtype=np.int64)  # (N,)
+    if arr.ndim != 1:
+        raise ValueError(f"expected a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got {arr.min()}..{arr.max()}")
+    return arr
+
+
+def _lookup(keys: np.ndarray, table: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """counts[i] where table[i] == key, else 0, for every key (table sorted, unique)."""
+    if len(table) == 0:  # fitted on an empty stream: nothing was counted
+        return np.zeros(len(keys), dtype=np.int64)
+    idx = np.searchsorted(table, keys)  # (N,)
+    idx = np.minimum(idx, len(table) - 1)
+    return np.where(table[idx] == keys, counts[idx], 0)  # (N,)
+
+
+class NGramLM:
+    """Add-k smoothed n-gram model over ids 0..V-1 (order 1: unigram, 2: bigram, ...)."""
+
+    def __init__(self, order: int, vocab_size: int, k: float = 1.0, bos_id: int = 2) -> None:
+        assert order >= 1, f"order must be at least 1, got {order}"
+        assert vocab_size >= 2, f"vocab_size must be at least 2, got {vocab_size}"
+        assert vocab_size ** order < 2 ** 62, "V**order overflows the int64 n-gram keys"
+        assert k >= 0, f"k must be non-negative, got {k}"
+        assert 0 <= bos_id < vocab_size, f"bos_id must be a valid id, got {bos_id}"
+        self.order, self.V, self.k, self.bos_id = order, vocab_size, float(k), bos_id
+        self.grams = self.gram_counts = None  # sorted unique n-gram keys and their counts
+        self.ctxs = self.ctx_counts = None  # same for the (n-1)-token contexts
+
+    def _keys(self, ids: np.ndarray) -> np.ndarray:
+        """One int64 key per position: the n-gram ending there, digits in base V."""
+        padded = np.concatenate([np.full(self.order - 1, self.bos_id), ids])  # (N+n-1,)
+        keys = np.zeros(len(ids), dtype=np.int64)  # (N,)
+        for j in range(self.order):  # Horner's rule over the window, oldest token first
+            keys = keys * self.V + padded[j:j + len(ids)]
+        return keys
+
+    def fit(self, ids: Sequence[int] | np.ndarray) -> NGramLM:
+        """Count every n-gram and every context of a training stream of ids."""
+        keys = self._keys(_as_ids(ids, self.V))  # (N,)
+        self.grams, self.gram_counts = np.unique(keys, return_counts=True)
+        # a context's count is the number of n-grams it starts, so each row sums to 1
+        self.ctxs, self.ctx_counts = np.unique(keys // self.V, return_counts=True)
+        return self
+
+    def with_k(self, k: float) -> NGramLM:
+        """The same counts with another smoothing constant (no refitting needed)."""
+        other = NGramLM(self.order, self.V, k, self.bos_id)
+        other.grams, other.gram_counts = self.grams, self.gram_counts
+        other.ctxs, other.ctx_counts = self.ctxs, self.ctx_counts
+        return other
+
+    def _probs_of_keys(self, keys: np.ndarray) -> np.ndarray:
+        if self.grams is None:
+            raise ValueError("call fit(ids) before asking for probabilities")
+        num = _lookup(keys, self.grams, self.gram_counts) + self.k  # (N,)
+        den = _lookup(keys // self.V, self.ctxs, self.ctx_counts) + self.k * self.V  # (N,)
+        # k = 0 and an unseen context would be 0 / 0: such a model gives probability 0
+        return np.where(den > 0, num / np.maximum(den, 1), 0.0)
+
+    def probs(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """P(x_t | previous n-1 tokens) for every token of `ids`: shape (N,)."""
+        return self._probs_of_keys(self._keys(_as_ids(ids, self.V)))
+
+    def nll(self, ids: Sequence[int] | np.ndarray) -> tuple[float, int]:
+        """(summed negative log-likelihood in nats, number of tokens); inf if a P is 0."""
+        p = self.probs(ids)  # (N,)
+        with np.errstate(divide="ignore"):
+            return float(-np.log(p).sum()), len(p)
+
+    def perplexity(self, ids: Sequence[int] | np.ndarray) -> float:
+        """exp(mean NLL per token) of a whole stream of ids."""
+        total, n = self.nll(ids)
+        return math.exp(total / n) if total / n < 709.0 else math.inf
+
+    def next_distribution(self, context: Sequence[int]) -> np.ndarray:
+        """P(w | context) for all w: shape (V,). Uses the last n-1 ids of `context`."""
+        ctx = [self.bos_id] * (self.order - 1) + list(context)
+        ctx_key = 0
+        for tok in ctx[len(ctx) - (self.order - 1):]:  # empty for a unigram model
+            ctx_key = ctx_key * self.V + int(tok)
+        return self._probs_of_keys(ctx_key * self.V + np.arange(self.V))  # (V,)
+
+    def sample(self, context: Sequence[int], n_tokens: int, rng: np.random.Generator
+               ) -> list[int]:
+        """Continue `context` by `n_tokens` ids drawn one at a time from the model."""
+        out = list(context)
+        for _ in range(n_tokens):
+            p = self.next_distribution(out)  # (V,)
+            out.append(int(rng.choice(self.V, p=p / p.sum())))
+        return out[len(context):]

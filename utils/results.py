@@ -1,0 +1,106 @@
+"""Headline numbers of each notebook's last full run, and the README table built from them.
+
+A notebook ends with `save_results(run, "01_text_preprocessing", metrics={...}, sizes={...})`.
+In full mode that writes `notebooks/results/01_text_preprocessing.json`; in fast mode it only
+says it skipped, so quick runs never overwrite real results. `python -m utils.results`
+rewrites the README results table from those files; a test keeps the two in sync.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import platform
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from utils.settings import Run
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "notebooks" / "results"
+README = REPO_ROOT / "README.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+MAX_SHOWN = 8  # metrics per notebook in the README; the JSON file has them all
+
+
+def _plain(value):
+    """Numbers as JSON-safe Python floats/ints (tensors and numpy scalars included)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = None,
+                 results_dir: Path | None = None) -> Path | None:
+    """Record a full run's metrics (name -> number) and dataset sizes; skipped in fast mode."""
+    if not re.fullmatch(r"\d\d_[a-z0-9_]+", notebook):
+        raise ValueError(f"notebook must look like '01_text_preprocessing', got {notebook!r}")
+    if run.fast:
+        print(f"fast mode: results not recorded (a full run writes results/{notebook}.json)")
+        return None
+    record = {
+        "notebook": notebook,
+        "date": dt.date.today().isoformat(),
+        "mode": run.mode,
+        "device": str(run.device),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "wall_time_s": round(run.elapsed(), 1),
+        "dataset_sizes": {k: _plain(v) for k, v in (sizes or {}).items()},
+        "metrics": {k: _plain(v) for k, v in metrics.items()},
+    }
+    path = (results_dir or RESULTS_DIR) / f"{notebook}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"recorded {len(metrics)} metrics to results/{path.name}")
+    return path
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_table(results_dir: Path | None = None) -> str:
+    """The README results table: one row per notebook, its first metrics in one cell."""
+    rows = [
+        "| notebook | results of the last full run | wall time | device | date |",
+        "|---|---|---|---|---|",
+    ]
+    for path in sorted((results_dir or RESULTS_DIR).glob("*.json")):
+        r = json.loads(path.read_text())
+        shown = list(r["metrics"].items())[:MAX_SHOWN]
+        metrics = "<br>".join(f"{k} = {_fmt(v)}" for k, v in shown)
+        if len(r["metrics"]) > MAX_SHOWN:
+            more = len(r["metrics"]) - MAX_SHOWN
+            metrics += f"<br>[+{more} more](notebooks/results/{path.name})"
+        minutes = r["wall_time_s"] / 60
+        rows.append(f"| {r['notebook']} | {metrics} | {minutes:.1f} min | {r['device']} | {r['date']} |")
+    return "\n".join(rows)
+
+
+def readme_section(readme: Path = README) -> str:
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{readme} lacks the markers {START} ... {END}")
+    return text.split(START, 1)[1].split(END, 1)[0].strip()
+
+
+def update_readme(readme: Path = README) -> None:
+    text = readme.read_text()
+    head, rest = text.split(START, 1)
+    tail = rest.split(END, 1)[1]
+    readme.write_text(f"{head}{START}\n{render_table()}\n{END}{tail}")
+
+
+if __name__ == "__main__":
+    update_readme()
+    print(f"README results table rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files",
+          file=sys.stdout)
