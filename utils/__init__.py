@@ -6,6 +6,12 @@ Modules (each notebook imports what it needs):
 - `utils.text`: tokenizers, `Vocab`, padding (`PadCollate`) and length bucketing
 - `utils.train`: the training loop (`fit`, `evaluate`) and checkpoints
 - `utils.plots`: training curves and heatmaps
+- `utils.metrics`: perplexity and BLEU (02)
+- `utils.ngram`: count-based n-gram language models, the baselines to beat (02)
+- `utils.rnn`: RNN from scratch, gradient clipping, the character language model (03)
+- `utils.bptt`: backpropagation through time by hand, truncated BPTT (04)
+- `utils.tasks`: the long-range recall task and a recurrent classifier (04, 05)
+- `utils.gated`: LSTM and GRU from scratch (05)
 - `utils.results`: headline numbers of full runs and the README results table
 - `utils.course`: repository URL, Colab badge/setup cell, executing notebooks
 """
