@@ -1,0 +1,134 @@
+"""Manual BPTT (utils.bptt) against autograd, and the truncated-BPTT stream helpers."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils.bptt import (
+    adjoint_norms,
+    bptt,
+    make_streams,
+    mean_ce_grad,
+    rnn_forward,
+    saved_activation_bytes,
+    stream_loss,
+    stream_windows,
+    train_tbptt,
+    with_spectral_radius,
+)
+from utils.rnn import CharLM
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These models are tiny: a second thread only adds synchronisation (10x slower on a busy
+    2-core machine), so run this module on one thread and restore the setting afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _weights(d, H, q, gen):
+    """Float64 weights, W_hh scaled so a long sequence neither vanishes nor explodes much."""
+    W_hx = torch.randn(H, d, generator=gen, dtype=torch.float64)
+    W_hh = with_spectral_radius(torch.randn(H, H, generator=gen, dtype=torch.float64), 0.95)
+    W_qh = torch.randn(q, H, generator=gen, dtype=torch.float64)
+    return [w.requires_grad_() for w in (W_hx, W_hh, W_qh)]
+
+
+def _probed_forward(X, W_hx, W_hh, W_qh, probe, activation):
+    """Reference loop that adds a zero probe to every h_t: probe.grad = total dL/dh_t."""
+    h, outs = torch.zeros(X.shape[0], W_hh.shape[0], dtype=X.dtype), []
+    for t in range(X.shape[1]):
+        a = X[:, t] @ W_hx.T + h @ W_hh.T  # (B, H)
+        h = (torch.tanh(a) if activation == "tanh" else a) + probe[:, t]  # (B, H)
+        outs.append(h @ W_qh.T)  # (B, q)
+    return torch.stack(outs, dim=1)  # (B, T, q)
+
+
+@pytest.mark.parametrize("activation", ["identity", "tanh"])
+@pytest.mark.parametrize("B,T,d,H,q", [(1, 1, 3, 2, 4), (3, 7, 5, 4, 6), (2, 25, 2, 8, 3)])
+def test_manual_bptt_matches_autograd(activation, B, T, d, H, q):
+    gen = torch.Generator().manual_seed(B * 100 + T)
+    X = torch.randn(B, T, d, generator=gen, dtype=torch.float64)  # (B, T, d)
+    Y = torch.randint(0, q, (B, T), generator=gen)  # (B, T)
+    W = _weights(d, H, q, gen)
+    Hs, outs = rnn_forward(X, *W, activation=activation)  # (B, T, H), (B, T, q)
+    probe = torch.zeros(B, T, H, dtype=torch.float64, requires_grad=True)
+    O_ref = _probed_forward(X, *W, probe, activation)
+    assert torch.allclose(O_ref, outs)
+    F.cross_entropy(O_ref.flatten(0, 1), Y.flatten()).backward()
+    g = bptt(X, Hs.detach(), mean_ce_grad(outs.detach(), Y), *(w.detach() for w in W),
+             activation=activation)
+    assert g.dH.shape == (B, T, H) and g.W_hh.shape == (H, H)
+    for ours, ref in [(g.dH, probe.grad), (g.W_hx, W[0].grad), (g.W_hh, W[1].grad),
+                      (g.W_qh, W[2].grad)]:
+        diff = (ours - ref).abs().max().item()
+        print(f"max |diff| = {diff:.1e}")
+        assert torch.allclose(ours, ref, atol=1e-12, rtol=1e-9)
+
+
+def test_linear_adjoint_is_matrix_power():
+    """Loss on the last output only: zeta_t = (W_hh^T)^(T-t) zeta_T for the linear RNN."""
+    gen = torch.Generator().manual_seed(0)
+    W = [w.detach() for w in _weights(3, 4, 2, gen)]
+    X = torch.randn(1, 6, 3, generator=gen, dtype=torch.float64)
+    Hs, outs = rnn_forward(X, *W)
+    dO = torch.zeros_like(outs)
+    dO[:, -1] = torch.randn(2, generator=gen, dtype=torch.float64)
+    g = bptt(X, Hs, dO, *W)
+    zeta_T = g.dH[0, -1]
+    for t in range(6):
+        expected = torch.linalg.matrix_power(W[1].T, 5 - t) @ zeta_T
+        assert torch.allclose(g.dH[0, t], expected)
+    assert adjoint_norms(g.dH).shape == (6,)
+
+
+def test_bad_inputs_raise():
+    W = [torch.zeros(4, 3), torch.zeros(4, 4), torch.zeros(2, 4)]
+    with pytest.raises(ValueError, match="activation"):
+        rnn_forward(torch.zeros(1, 2, 3), *W, activation="relu")
+    with pytest.raises(ValueError, match="W_hx"):
+        rnn_forward(torch.zeros(1, 2, 5), *W)
+    with pytest.raises(ValueError, match="square"):
+        with_spectral_radius(torch.zeros(2, 3), 1.0)
+
+
+def test_spectral_radius():
+    W = with_spectral_radius(torch.randn(6, 6, generator=torch.Generator().manual_seed(1)), 1.1)
+    assert abs(torch.linalg.eigvals(W).abs().max().item() - 1.1) < 1e-5
+
+
+def test_streams_and_windows_cover_the_text_once():
+    ids = torch.arange(103)
+    streams = make_streams(ids, 4)  # (4, 25)
+    assert streams.shape == (4, 25) and streams[1, 0] == 25  # row b continues ids[b*S:]
+    windows = list(stream_windows(streams, 10))
+    assert [w[0].shape[1] for w in windows] == [10, 10, 4]  # S - 1 = 24 inputs
+    x = torch.cat([w[0] for w in windows], dim=1)
+    y = torch.cat([w[1] for w in windows], dim=1)
+    assert torch.equal(x, streams[:, :-1]) and torch.equal(y, streams[:, 1:])
+    with pytest.raises(ValueError):
+        make_streams(ids, 100)
+
+
+def test_saved_bytes_grow_with_window():
+    torch.manual_seed(0)
+    model = CharLM(10, 8)
+    params = list(model.parameters())
+    x = torch.randint(0, 10, (2, 40))
+    small = saved_activation_bytes(lambda: model(x[:, :5]), exclude=params)
+    large = saved_activation_bytes(lambda: model(x), exclude=params)
+    assert 0 < small < large and large / small > 4
+
+
+def test_tbptt_overfits_a_tiny_stream():
+    torch.manual_seed(0)
+    ids = torch.tensor([4, 5, 6, 7, 8] * 40)  # a periodic "text"
+    streams = make_streams(ids, 4)  # (4, 50)
+    model = CharLM(10, 16)
+    before = stream_loss(model, streams)
+    out = train_tbptt(model, streams, k=10, epochs=6, lr=3e-2, val_streams=streams)
+    assert out["updates"] == 6 * 5 and out["activation_bytes"] > 0
+    assert out["val_loss"][-1] < 0.1 < before

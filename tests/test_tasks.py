@@ -1,0 +1,73 @@
+"""The recall task and SequenceClassifier (utils.tasks)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils.tasks import SequenceClassifier, make_recall_task, train_recall
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These models are tiny: a second thread only adds synchronisation (10x slower on a busy
+    2-core machine), so run this module on one thread and restore the setting afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_recall_task_shapes_and_labels():
+    ds = make_recall_task(50, distance=7, n_classes=3, n_noise=5, seed=1)
+    x, y = ds.tensors
+    assert x.shape == (50, 7) and y.shape == (50,) and x.dtype == y.dtype == torch.long
+    assert torch.equal(x[:, 0], y) and int(y.max()) < 3
+    assert int(x[:, 1:].min()) >= 3 and int(x[:, 1:].max()) < 8  # noise tokens only
+    again = make_recall_task(50, distance=7, n_classes=3, n_noise=5, seed=1).tensors[0]
+    assert torch.equal(x, again)  # seeded
+    with pytest.raises(ValueError):
+        make_recall_task(10, distance=0)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "irnn", "lstm", "gru"])
+def test_classifier_shapes_and_unrolled_path(cell):
+    torch.manual_seed(0)
+    model = SequenceClassifier(8, 6, 4, cell)
+    x = torch.randint(0, 8, (3, 9))  # (B, T)
+    logits = model(x)
+    logits2, states = model(x, return_states=True)
+    assert logits.shape == (3, 4) and states.shape == (3, 9, 6)
+    assert torch.allclose(logits, logits2, atol=1e-6)  # same model, stepped by hand
+    out, _ = model.rnn(F.one_hot(x, 8).float())
+    assert torch.allclose(states, out, atol=1e-6)  # states hold h_1 .. h_T
+
+
+def test_states_grad_is_the_total_adjoint():
+    """dL/dh_t from the probe equals the gradient w.r.t. h_t found by perturbing h_t."""
+    torch.manual_seed(0)
+    model = SequenceClassifier(8, 5, 4, "rnn").double()
+    x = torch.randint(0, 8, (2, 6))
+    logits, states = model(x, return_states=True)
+    logits.sum().backward()
+    # rerun from h_2 with a perturbation and differentiate by autograd through the rest
+    e = F.one_hot(x, 8).double()
+    _, h = model.rnn(e[:, :3])  # (1, B, H) = h_3 (index 2)
+    h = h.detach().requires_grad_()
+    out, _ = model.rnn(e[:, 3:], h)
+    model.head(out[:, -1]).sum().backward()
+    assert torch.allclose(states.grad[:, 2], h.grad[0])
+
+
+def test_forget_bias_and_bad_cell():
+    model = SequenceClassifier(8, 4, 2, "lstm", forget_bias=3.0)
+    assert torch.all(model.rnn.bias_ih_l0[4:8] + model.rnn.bias_hh_l0[4:8] == 3.0)
+    with pytest.raises(ValueError):
+        SequenceClassifier(8, 4, 2, "transformer")
+    with pytest.raises(ValueError):
+        SequenceClassifier(8, 4, 2, "rnn", forget_bias=1.0)
+
+
+def test_train_recall_solves_a_short_distance():
+    out = train_recall("rnn", distance=3, hidden_size=16, n_train=256, n_val=128, steps=60,
+                       lr=3e-2, seed=0)
+    assert out["val_acc"] > 0.95 and len(out["history"]["loss"]) == 60

@@ -1,0 +1,245 @@
+"""Backpropagation through time by hand, gradient-norm probes, and truncated BPTT.
+
+Notation (notebook 04, following the d2l-style derivation): a bias-free RNN with inputs
+x_t (d,), hidden states h_t (H,), outputs o_t (q,),
+
+    a_t = W_hx x_t + W_hh h_{t-1},   h_t = phi(a_t),   o_t = W_qh h_t,   h_0 = 0,
+
+phi = identity (the linear RNN) or tanh. The code is batch-first and uses row vectors, so a
+batch computes A_t = X_t W_hx^T + H_{t-1} W_hh^T with X (B, T, d), H (B, T, H), O (B, T, q).
+The backward recursion for the adjoints zeta_t = dL/dh_t is
+
+    zeta_T = W_qh^T dL/do_T
+    zeta_t = W_hh^T (phi'(a_{t+1}) * zeta_{t+1}) + W_qh^T dL/do_t       (t < T)
+
+i.e. the Jacobian dh_{t+1}/dh_t = diag(phi'(a_{t+1})) W_hh, applied transposed.
+
+The second half handles a long character stream: `make_streams` lays it out as B parallel
+streams, `stream_windows` cuts them into windows of k steps, and `train_tbptt` carries the
+hidden state from one window to the next but detaches it, so gradients flow back at most k
+steps (truncated BPTT).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.rnn import clip_grad_norm, detach_state
+
+ACTIVATIONS = ("identity", "tanh")
+
+
+def _check(X: torch.Tensor, W_hx: torch.Tensor, W_hh: torch.Tensor, W_qh: torch.Tensor,
+           activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if X.dim() != 3:
+        raise ValueError(f"X must be (B, T, d), got shape {tuple(X.shape)}")
+    H = W_hh.shape[0]
+    if W_hh.shape != (H, H) or W_hx.shape != (H, X.shape[-1]) or W_qh.shape[1] != H:
+        raise ValueError(f"need W_hx (H, d), W_hh (H, H), W_qh (q, H) with d={X.shape[-1]}; "
+                         f"got {tuple(W_hx.shape)}, {tuple(W_hh.shape)}, {tuple(W_qh.shape)}")
+
+
+def rnn_forward(X: torch.Tensor, W_hx: torch.Tensor, W_hh: torch.Tensor, W_qh: torch.Tensor,
+                activation: str = "identity",
+                probe: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """X (B, T, d) -> hidden states H (B, T, H) and outputs O (B, T, q); h_0 = 0.
+
+    `probe` (B, T, H), if given, must be zeros: it is added to every h_t before anything reads
+    it, so autograd's gradient w.r.t. the probe is the total adjoint dL/dh_t. (The stacked H
+    is not on the path from h_t to h_{t+1}, so H.grad would only hold the direct term.)
+    """
+    _check(X, W_hx, W_hh, W_qh, activation)
+    B, T, _ = X.shape
+    h = X.new_zeros(B, W_hh.shape[0])  # (B, H)
+    states = []
+    for t in range(T):
+        a = X[:, t] @ W_hx.T + h @ W_hh.T  # (B, H): a_t = W_hx x_t + W_hh h_{t-1}, row form
+        h = torch.tanh(a) if activation == "tanh" else a  # (B, H)
+        if probe is not None:
+            h = h + probe[:, t]  # adds zero; only there to collect dL/dh_t
+        states.append(h)
+    H = torch.stack(states, dim=1)  # (B, T, H)
+    return H, H @ W_qh.T  # (B, T, H), (B, T, q)
+
+
+def mean_ce_grad(outputs: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """dL/dO for L = mean cross-entropy over all B*T outputs O (B, T, q) with labels Y (B, T).
+
+    dL/do_t = (softmax(o_t) - onehot(y_t)) / (B T): the 1/T of the seed's average loss, and 1/B
+    because the batch is averaged too.
+    """
+    if outputs.shape[:2] != Y.shape:
+        raise ValueError(f"outputs (B, T, q) and Y (B, T) disagree: {tuple(outputs.shape)}, "
+                         f"{tuple(Y.shape)}")
+    B, T, q = outputs.shape
+    onehot = F.one_hot(Y, q).to(outputs.dtype)  # (B, T, q)
+    return (torch.softmax(outputs, dim=-1) - onehot) / (B * T)  # (B, T, q)
+
+
+@dataclass(frozen=True)
+class BPTTGrads:
+    """Everything the backward pass computes; shapes as in the forward pass."""
+
+    dH: torch.Tensor  # (B, T, H) adjoints zeta_t = dL/dh_t (total: through all later steps)
+    dA: torch.Tensor  # (B, T, H) dL/da_t = phi'(a_t) * zeta_t
+    W_hx: torch.Tensor  # (H, d) dL/dW_hx = sum_t dA_t^T X_t
+    W_hh: torch.Tensor  # (H, H) dL/dW_hh = sum_t dA_t^T H_{t-1}
+    W_qh: torch.Tensor  # (q, H) dL/dW_qh = sum_t dO_t^T H_t
+
+
+def bptt(X: torch.Tensor, H: torch.Tensor, dO: torch.Tensor, W_hx: torch.Tensor,
+         W_hh: torch.Tensor, W_qh: torch.Tensor, activation: str = "identity") -> BPTTGrads:
+    """Manual backward pass of `rnn_forward`, given its states H and dL/dO (B, T, q)."""
+    _check(X, W_hx, W_hh, W_qh, activation)
+    B, T, _ = H.shape
+    # phi'(a_t): 1 for the identity; 1 - tanh(a_t)^2 = 1 - h_t^2 for tanh (no need to keep a_t)
+    dphi = 1 - H**2 if activation == "tanh" else torch.ones_like(H)  # (B, T, H)
+    dH, dA = torch.zeros_like(H), torch.zeros_like(H)  # (B, T, H)
+    from_future = torch.zeros_like(H[:, 0])  # (B, H): W_hh^T dL/da_{t+1}, zero after step T
+    for t in reversed(range(T)):
+        dH[:, t] = dO[:, t] @ W_qh + from_future  # zeta_t: direct term + term through h_{t+1}
+        dA[:, t] = dphi[:, t] * dH[:, t]
+        from_future = dA[:, t] @ W_hh  # (B, H); row form of W_hh^T dA_t
+    H_prev = torch.cat([torch.zeros_like(H[:, :1]), H[:, :-1]], dim=1)  # (B, T, H): h_{t-1}
+    return BPTTGrads(
+        dH=dH, dA=dA,
+        W_hx=torch.einsum("bth,btd->hd", dA, X),  # sum over batch and time of dA_t x_t^T
+        W_hh=torch.einsum("bth,btk->hk", dA, H_prev),
+        W_qh=torch.einsum("btq,bth->qh", dO, H),
+    )
+
+
+def with_spectral_radius(W: torch.Tensor, rho: float) -> torch.Tensor:
+    """W rescaled so that its largest eigenvalue modulus is `rho`."""
+    if W.dim() != 2 or W.shape[0] != W.shape[1] or rho <= 0:
+        raise ValueError(f"need a square matrix and rho > 0, got {tuple(W.shape)}, {rho}")
+    radius = torch.linalg.eigvals(W).abs().max().to(W.dtype)
+    return W * (rho / radius)
+
+
+def adjoint_norms(dH: torch.Tensor) -> torch.Tensor:
+    """||dL/dh_t|| per time step: (B, T, H) -> (T,), the per-sequence norm averaged over B."""
+    if dH.dim() != 3:
+        raise ValueError(f"dH must be (B, T, H), got shape {tuple(dH.shape)}")
+    return dH.norm(dim=-1).mean(dim=0)
+
+
+def state_grad_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """||dL/dh_t|| (T,) of a classifier with `forward(x, return_states=True)` (mean CE loss)."""
+    logits, states = model(x, return_states=True)  # (B, C), (B, T, H)
+    F.cross_entropy(logits, y).backward()
+    model.zero_grad(set_to_none=True)  # we only wanted the states' gradients
+    return adjoint_norms(states.grad.detach())
+
+
+# ---------------------------------------------------------------------------- truncated BPTT
+def make_streams(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Token ids (N,) -> (B, N // B): row b is the b-th contiguous slice of the text.
+
+    Step i of row b is followed by step i+1 of the same row, so a hidden state can be carried
+    along a row for the whole pass (the tail N mod B tokens are dropped).
+    """
+    if ids.dim() != 1 or batch_size <= 0 or len(ids) < 2 * batch_size:
+        raise ValueError(f"need ids (N,) with N >= 2B, got {tuple(ids.shape)} and B={batch_size}")
+    S = len(ids) // batch_size
+    return ids[: batch_size * S].reshape(batch_size, S)  # (B, S)
+
+
+def stream_windows(streams: torch.Tensor, k: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Consecutive windows (x, y), each (B, <=k), with y the next character of x.
+
+    The S - 1 input positions are cut at 0, k, 2k, ...; the last window may be shorter.
+    """
+    if streams.dim() != 2 or k <= 0:
+        raise ValueError(f"need streams (B, S) and k > 0, got {tuple(streams.shape)}, k={k}")
+    S = streams.shape[1]
+    for i in range(0, S - 1, k):
+        j = min(i + k, S - 1)
+        yield streams[:, i:j], streams[:, i + 1:j + 1]  # (B, k), (B, k)
+
+
+def saved_activation_bytes(fn: Callable[[], object], exclude: list[torch.Tensor]) -> int:
+    """Bytes of the tensors autograd saves for backward while `fn()` runs.
+
+    This is the memory one forward graph keeps alive until `backward()`: the activations.
+    Each storage is counted once (views share one) and tensors in `exclude` (the
+    parameters, which exist anyway) are skipped.
+    """
+    skip = {p.untyped_storage().data_ptr() for p in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+@torch.no_grad()
+def stream_loss(model: nn.Module, streams: torch.Tensor, k: int = 256) -> float:
+    """Mean next-character cross-entropy over `streams`, carrying the state across windows."""
+    model.eval()
+    h, total, n = None, 0.0, 0
+    for x, y in stream_windows(streams, k):
+        logits, h = model(x, h)  # (B, k, V)
+        total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        n += y.numel()
+    model.train()
+    return total / n
+
+
+def tbptt_update(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                 h, clip: float | None) -> tuple[float, object]:
+    """One truncated-BPTT step on a window: forward from state h, backward, update.
+
+    Returns the loss and the new state, detached: the next window starts from its value but
+    its graph ends here, so no gradient flows back more than one window.
+    """
+    logits, h = model(x, h)  # (B, k, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip is not None:
+        clip_grad_norm(model.parameters(), clip)
+    opt.step()
+    return loss.item(), detach_state(h)
+
+
+def train_tbptt(model: nn.Module, streams: torch.Tensor, k: int, epochs: int, lr: float = 3e-3,
+                clip: float | None = 1.0, val_streams: torch.Tensor | None = None) -> dict:
+    """Adam on windows of k steps (k >= S - 1 is full BPTT: one update per pass).
+
+    Returns {"loss": per-update train losses, "val_loss": per epoch (if val_streams),
+    "epoch_time": cumulative training seconds per epoch, "updates": int, "time_s": training
+    seconds, "activation_bytes": saved-for-backward bytes of one window's graph}.
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    x0, _ = next(stream_windows(streams, k))
+    params = list(model.parameters())
+    mem = saved_activation_bytes(lambda: model(x0), exclude=params)  # graph of one window
+    out: dict = {"loss": [], "val_loss": [], "epoch_time": [], "activation_bytes": mem}
+    trained = 0.0  # seconds spent training (validation excluded)
+    for _ in range(epochs):
+        start, h = time.perf_counter(), None  # every pass starts from a zero state
+        for x, y in stream_windows(streams, k):
+            loss, h = tbptt_update(model, opt, x, y, h, clip)
+            out["loss"].append(loss)
+        trained += time.perf_counter() - start
+        out["epoch_time"].append(trained)  # cumulative, to plot validation loss against time
+        if val_streams is not None:
+            out["val_loss"].append(stream_loss(model, val_streams))
+    out["time_s"] = trained
+    out["updates"] = len(out["loss"])
+    return out

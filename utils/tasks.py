@@ -1,0 +1,159 @@
+"""A long-range dependency toy task and a small recurrent classifier to train on it.
+
+The recall task: every sequence starts with a class token, then `distance - 1` noise tokens;
+the label is the first token. To answer at the last step the network must carry one symbol
+across `distance - 1` steps, so accuracy against `distance` shows how far back a recurrent
+cell can learn to look (chance is 1 / n_classes). Notebook 04 uses it for the vanilla RNN vs
+the LSTM, notebook 05 for RNN / LSTM / GRU sweeps.
+
+Shapes (batch-first): B batch, T time steps (= distance), V vocabulary, H hidden, C classes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CELLS = ("rnn", "irnn", "lstm", "gru")  # irnn: ReLU RNN with identity W_hh (Le et al., 2015)
+
+
+def make_recall_task(n_samples: int, distance: int, n_classes: int = 4, n_noise: int = 4,
+                     seed: int = 0) -> torch.utils.data.TensorDataset:
+    """x (N, distance) long, y (N,) long: y = x[:, 0], a class token in [0, n_classes).
+
+    Positions 1 .. distance-1 hold noise tokens drawn uniformly from
+    [n_classes, n_classes + n_noise), so the vocabulary size is n_classes + n_noise and
+    nothing after the first position tells the class.
+    """
+    if n_samples <= 0 or distance < 1:
+        raise ValueError(f"need n_samples > 0 and distance >= 1, got {n_samples}, {distance}")
+    if n_classes < 2 or n_noise < 1:
+        raise ValueError(f"need n_classes >= 2 and n_noise >= 1, got {n_classes}, {n_noise}")
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, n_classes, (n_samples,), generator=gen)  # (N,)
+    noise = torch.randint(n_classes, n_classes + n_noise, (n_samples, distance - 1),
+                          generator=gen)  # (N, distance - 1)
+    x = torch.cat([y[:, None], noise], dim=1)  # (N, distance)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+class SequenceClassifier(nn.Module):
+    """One-hot tokens -> torch recurrent layer (`.rnn`) -> linear head on the last state.
+
+    `forward(x (B, T)) -> logits (B, C)`. `forget_bias` (LSTM only) sets the forget gate's
+    bias b_f, e.g. 3 so that f_t = sigmoid(...) starts near 0.95 and the cell remembers;
+    None keeps torch's init. With `return_states=True` it also returns
+    `states` (B, T, H), the hidden states h_1 .. h_T, as a leaf tensor whose `.grad` after
+    `backward()` is the *total* gradient dL/dh_t (see `_unrolled`).
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, n_classes: int, cell: str = "rnn",
+                 forget_bias: float | None = None):
+        super().__init__()
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
+        assert vocab_size > 0 and hidden_size > 0 and n_classes > 1, "sizes must be positive"
+        self.vocab_size, self.cell = vocab_size, cell
+        if cell in ("rnn", "irnn"):
+            nonlinearity = "relu" if cell == "irnn" else "tanh"
+            self.rnn = nn.RNN(vocab_size, hidden_size, batch_first=True, nonlinearity=nonlinearity)
+        else:
+            self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](vocab_size, hidden_size,
+                                                             batch_first=True)
+        self.head = nn.Linear(hidden_size, n_classes)
+        if cell == "irnn":  # identity recurrence and zero biases: h_t = relu(h_{t-1} + W x_t)
+            with torch.no_grad():
+                self.rnn.weight_hh_l0.copy_(torch.eye(hidden_size))
+                self.rnn.bias_hh_l0.zero_()
+                self.rnn.bias_ih_l0.zero_()
+        if forget_bias is not None:  # LSTM only; None keeps torch's init (f_t near 0.5)
+            if cell != "lstm":
+                raise ValueError(f"forget_bias applies to the LSTM only, not {cell!r}")
+            H = hidden_size
+            with torch.no_grad():  # torch's gate order is i, f, g, o: rows H..2H are f
+                self.rnn.bias_ih_l0[H:2 * H] = forget_bias
+                self.rnn.bias_hh_l0[H:2 * H] = 0.0
+
+    def forward(self, x: torch.Tensor, return_states: bool = False):
+        if x.dim() != 2:
+            raise ValueError(f"x must be (B, T) token ids, got shape {tuple(x.shape)}")
+        e = F.one_hot(x, self.vocab_size).to(self.head.weight.dtype)  # (B, T, V)
+        if return_states:
+            return self._unrolled(e)
+        out, _ = self.rnn(e)  # (B, T, H), the fast fused loop
+        return self.head(out[:, -1])  # (B, C)
+
+    def _unrolled(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step the layer one token at a time so each h_t is its own node in the graph.
+
+        The fused layer's `out[:, t]` only receives the gradient of what reads `out[:, t]`
+        directly, not what flows back from later steps. Here we add a zero "probe" z_t to
+        every state before the next step reads it: adding zero changes no value, and
+        dL/dz_t = dL/dh_t, the full adjoint. Afterwards the probe is filled with the state
+        values (no op saved it for backward, so this is safe) and returned as `states`.
+        """
+        B, T, _ = e.shape
+        probe = torch.zeros(B, T, self.rnn.hidden_size, device=e.device, dtype=e.dtype,
+                            requires_grad=True)  # (B, T, H)
+        state, hs = None, []
+        for t in range(T):
+            _, state = self.rnn(e[:, t:t + 1], state)  # h: (1, B, H); LSTM: (h, c)
+            h = (state[0] if self.cell == "lstm" else state)[0] + probe[:, t]  # (B, H)
+            state = (h[None], state[1]) if self.cell == "lstm" else h[None]
+            hs.append(h)
+        with torch.no_grad():
+            probe.copy_(torch.stack(hs, dim=1))  # (B, T, H)
+        return self.head(hs[-1]), probe  # (B, C), (B, T, H)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
+    """Share of sequences whose arg-max logit is the label."""
+    model.eval()
+    correct = sum(int((model(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
+                  for i in range(0, len(x), batch_size))
+    model.train()
+    return correct / len(x)
+
+
+def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
+                 n_train: int = 2048, n_val: int = 512, steps: int = 300, batch_size: int = 64,
+                 lr: float = 3e-3, clip: float | None = 1.0, seed: int = 0,
+                 device: str | torch.device = "cpu", n_classes: int = 4,
+                 n_noise: int = 4, forget_bias: float | None = None,
+                 optimizer: str = "adam") -> dict:
+    """Train `SequenceClassifier(cell)` on the recall task for `steps` updates.
+
+    `optimizer` is "adam" or "sgd" (plain SGD, where one huge gradient means one huge step);
+    `clip=None` trains without gradient clipping.
+    Returns {"val_acc": float, "train_acc": float, "history": {"loss": [...],
+    "grad_norm": [...]} per step (grad_norm before clipping), "time_s": float, "model"}.
+    Validation data use a different seed, so they are unseen sequences.
+    """
+    torch.manual_seed(seed)
+    train = make_recall_task(n_train, distance, n_classes, n_noise, seed=seed)
+    val = make_recall_task(n_val, distance, n_classes, n_noise, seed=seed + 10_000)
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    model = SequenceClassifier(n_classes + n_noise, hidden_size, n_classes, cell,
+                               forget_bias).to(device)
+    opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(model.parameters(), lr=lr)
+    x, y = (t.to(device) for t in train.tensors)  # (N, T), (N,)
+    gen = torch.Generator().manual_seed(seed)
+    history: dict[str, list[float]] = {"loss": [], "grad_norm": []}
+    start = time.perf_counter()
+    for _ in range(steps):
+        idx = torch.randint(0, n_train, (batch_size,), generator=gen).to(device)  # (B,)
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), clip if clip else float("inf"))
+        opt.step()
+        history["loss"].append(loss.item())
+        history["grad_norm"].append(norm.item())
+    xv, yv = (t.to(device) for t in val.tensors)
+    return {"val_acc": accuracy(model, xv, yv), "train_acc": accuracy(model, x, y),
+            "history": history, "time_s": time.perf_counter() - start, "model": model}
