@@ -37,3 +37,15 @@ def test_setup_prints_the_run_header(capsys, monkeypatch):
     for word in ("mode", "fast", "device", "torch", torch.__version__, "seed", "7"):
         assert word in out
     assert run_header(run) in out
+
+
+def test_setup_sets_cpu_threads():
+    before = torch.get_num_threads()
+    try:
+        assert "(1 CPU threads)" in run_header(setup(seed=0, threads=1, quiet=True)) or (
+            get_device().type != "cpu")
+        assert torch.get_num_threads() == 1
+        with pytest.raises(ValueError, match="threads"):
+            setup(threads=0, quiet=True)
+    finally:
+        torch.set_num_threads(before)

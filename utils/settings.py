@@ -79,10 +79,19 @@ def run_header(run: Run) -> str:
     )
 
 
-def setup(seed: int = 0, quiet: bool = False) -> Run:
-    """Seed everything, choose the device, style the plots and print the run header."""
+def setup(seed: int = 0, threads: int | None = None, quiet: bool = False) -> Run:
+    """Seed everything, choose the device, style the plots and print the run header.
+
+    `threads` sets torch's CPU threads (None keeps torch's default). Small recurrent models
+    step through time in tiny matrix products; on a small or busy CPU one thread is often
+    faster than several that wait for each other.
+    """
     from utils.plots import use_course_style  # local import: settings must stay light
 
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
     seed_everything(seed)
     use_course_style()
     run = Run(seed=seed, device=get_device(), fast=is_fast())
