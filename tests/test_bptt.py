@@ -19,16 +19,6 @@ from utils.bptt import (
 from utils.rnn import CharLM
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: a second thread only adds synchronisation (10x slower on a busy
-    2-core machine), so run this module on one thread and restore the setting afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _weights(d, H, q, gen):
     """Float64 weights, W_hh scaled so a long sequence neither vanishes nor explodes much."""
     W_hx = torch.randn(H, d, generator=gen, dtype=torch.float64)

@@ -16,15 +16,6 @@ B, T, D, H = 3, 6, 5, 4
 LAYOUTS = [(1, False), (2, False), (1, True), (2, True)]  # (num_layers, bidirectional)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny recurrent models: one thread is faster than two fighting over a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _x(seed: int = 0) -> torch.Tensor:
     return torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))  # (B, T, D)
 

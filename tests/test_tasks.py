@@ -7,16 +7,6 @@ import torch.nn.functional as F
 from utils.tasks import SequenceClassifier, make_recall_task, train_recall
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: a second thread only adds synchronisation (10x slower on a busy
-    2-core machine), so run this module on one thread and restore the setting afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_recall_task_shapes_and_labels():
     ds = make_recall_task(50, distance=7, n_classes=3, n_noise=5, seed=1)
     x, y = ds.tensors
