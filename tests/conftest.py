@@ -11,5 +11,8 @@ def one_cpu_thread():
     on one thread and restore the setting afterwards."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # the first optimizer built in a process pays a one-off lazy import (about 1-2 s here);
+    # pay it once, so no single test is charged for it
+    torch.optim.Adam(torch.nn.Linear(1, 1).parameters())
     yield
     torch.set_num_threads(threads)

@@ -22,14 +22,6 @@ from utils.text import Vocab
 B, T, E, H = 3, 5, 4, 6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # toy-sized ops: a second intra-op thread only adds start-up and contention costs
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def _check_close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-6) -> None:
     diff = (a - b).abs().max().item()

@@ -62,6 +62,12 @@ def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = No
     return path
 
 
+def load_metrics(notebook: str, results_dir: Path | None = None) -> dict | None:
+    """Metrics of another notebook's last full run (e.g. baselines to beat), or None if absent."""
+    path = (results_dir or RESULTS_DIR) / f"{notebook}.json"
+    return json.loads(path.read_text())["metrics"] if path.exists() else None
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
