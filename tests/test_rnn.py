@@ -155,18 +155,13 @@ def test_charlm_rejects_bad_cell_and_shape():
         CharLM(5, 4)(torch.zeros(2, 3, 5, dtype=torch.long))
 
 
-def test_lm_loader_targets_and_streams():
+def test_lm_loader_targets_and_order():
     ids = torch.arange(101)
     x, y = next(iter(make_lm_loader(ids, seq_len=10, batch_size=4, shuffle=True)))
     assert x.shape == (4, 10) and torch.equal(y, x + 1)  # y is x shifted by one token
     in_order = list(make_lm_loader(ids, seq_len=10, batch_size=4, shuffle=False))
     assert [len(b[0]) for b in in_order] == [4, 4, 2]  # all 10 windows kept, in text order
     assert torch.equal(in_order[0][0][1], torch.arange(10, 20))
-    batches = list(make_lm_loader(ids, seq_len=10, batch_size=3, shuffle=False, streams=True))
-    assert len(batches) == 3  # 10 windows: 3 streams of 3, one window dropped
-    assert torch.equal(batches[1][0][:, 0], batches[0][0][:, -1] + 1)  # rows continue
-    with pytest.raises(ValueError, match="shuffle=False"):
-        make_lm_loader(ids, 10, 2, shuffle=True, streams=True)
 
 
 def test_lm_loader_shuffle_is_seeded():

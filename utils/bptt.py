@@ -191,6 +191,7 @@ def saved_activation_bytes(fn: Callable[[], object], exclude: list[torch.Tensor]
 def stream_loss(model: nn.Module, streams: torch.Tensor, k: int = 256) -> float:
     """Mean next-character cross-entropy over `streams`, carrying the state across windows."""
     model.eval()
+    streams = streams.to(next(model.parameters()).device)  # (B, S)
     h, total, n = None, 0.0, 0
     for x, y in stream_windows(streams, k):
         logits, h = model(x, h)  # (B, k, V)
@@ -226,6 +227,7 @@ def train_tbptt(model: nn.Module, streams: torch.Tensor, k: int, epochs: int, lr
     seconds, "activation_bytes": saved-for-backward bytes of one window's graph}.
     """
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    streams = streams.to(next(model.parameters()).device)  # (B, S)
     x0, _ = next(stream_windows(streams, k))
     params = list(model.parameters())
     mem = saved_activation_bytes(lambda: model(x0), exclude=params)  # graph of one window

@@ -181,7 +181,7 @@ class CharLM(nn.Module):
 
     `forward(x (B, T) long, h=None) -> (logits (B, T, V), h)`. `h` is torch's state format
     ((L, B, H) tensor, or an (h, c) pair for the LSTM), so truncated BPTT can carry it
-    from one batch to the next (detach it first: `detach_state`).
+    from one window to the next (detach it first: `detach_state`).
     """
 
     CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
@@ -225,31 +225,23 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def make_lm_loader(ids: torch.Tensor, seq_len: int, batch_size: int, shuffle: bool = True,
-                   seed: int = 0, streams: bool = False) -> torch.utils.data.DataLoader:
+                   seed: int = 0) -> torch.utils.data.DataLoader:
     """Cut a token stream (N,) into non-overlapping windows; yield (x, y) batches (B, T).
 
     y is x shifted by one token: y[b, t] = ids[start_b + t + 1]. `shuffle=True`: windows in a
     seeded random order; `shuffle=False`: in text order. Every window is kept either way.
-    `streams=True` (needs `shuffle=False`) lays the windows out as B parallel streams instead:
-    row b of batch k continues row b of batch k-1, so a hidden state can be carried across
-    batches (truncated BPTT); the < B windows that do not fill a row are then dropped.
+    To carry a hidden state from batch to batch (truncated BPTT), lay the text out as parallel
+    streams instead: `utils.bptt.make_streams` and `stream_windows`.
     """
     if ids.dim() != 1:
         raise ValueError(f"ids must be a 1-D token stream, got shape {tuple(ids.shape)}")
     if seq_len <= 0 or batch_size <= 0:
         raise ValueError(f"seq_len and batch_size must be positive, got {seq_len}, {batch_size}")
-    if streams and shuffle:
-        raise ValueError("streams=True keeps the text order: pass shuffle=False")
     n = (len(ids) - 1) // seq_len  # windows; the +1 target needs one extra token
     if n == 0:
         raise ValueError(f"a stream of {len(ids)} tokens is too short for seq_len={seq_len}")
     x = ids[: n * seq_len].reshape(n, seq_len)  # (n, T)
     y = ids[1: n * seq_len + 1].reshape(n, seq_len)  # (n, T)
-    if streams:
-        B = min(batch_size, n)
-        k = n // B  # batches per epoch
-        order = torch.arange(B * k).reshape(B, k).T.reshape(-1)  # batch j row b = window b*k + j
-        x, y, batch_size = x[order], y[order], B
     gen = torch.Generator().manual_seed(seed)
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
                                        batch_size=batch_size, shuffle=shuffle, generator=gen)
