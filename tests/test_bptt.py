@@ -122,3 +122,10 @@ def test_tbptt_overfits_a_tiny_stream():
     out = train_tbptt(model, streams, k=10, epochs=6, lr=3e-2, val_streams=streams)
     assert out["updates"] == 6 * 5 and out["activation_bytes"] > 0
     assert out["val_loss"][-1] < 0.1 < before
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_stream_loss_keeps_the_model_mode(training):
+    model = CharLM(vocab_size=5, hidden_size=4).train(training)
+    stream_loss(model, torch.randint(0, 5, (2, 12)), k=4)
+    assert model.training is training

@@ -1,6 +1,7 @@
 """Notebook files: Colab badge and setup cell derived from the one REPO_URL, clean outputs."""
 
 import json
+import re
 
 import pytest
 
@@ -31,13 +32,89 @@ def test_committed_outputs_are_clean(path):
         assert leak not in text, f"output mentions a local path ({leak})"
 
 
-def test_setup_cell_is_inert_outside_colab():
-    namespace: dict = {}
-    exec(compile(course.setup_cell_source(), "setup", "exec"), namespace)  # must not clone
-    assert course.REPO_URL in course.setup_cell_source()
+def _run_setup_cell(monkeypatch, on_colab: bool) -> list[list[str]]:
+    """Execute the setup cell with subprocess.run recorded instead of run; return its commands."""
+    import subprocess
+    import sys
+    import types
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(list(cmd)))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the cell prepends the clone folder
+    if on_colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    exec(compile(course.setup_cell_source(), "setup", "exec"), {})
+    return calls
+
+
+def test_setup_cell_is_inert_outside_colab(monkeypatch):
+    assert _run_setup_cell(monkeypatch, on_colab=False) == []
     assert course.colab_url("01_x.ipynb").endswith("/blob/main/notebooks/01_x.ipynb")
+
+
+def test_setup_cell_clones_repo_url_and_installs_it_on_colab(monkeypatch):
+    clone, install = _run_setup_cell(monkeypatch, on_colab=True)
+    assert clone[:2] == ["git", "clone"] and course.REPO_URL in clone
+    folder = clone[-1]
+    assert install[1:] == ["-m", "pip", "install", "-q", "-e", folder]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_readme_lists_every_notebook(path):
     assert f"(notebooks/{path.name})" in (course.REPO_ROOT / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------- cross-references
+# Topic words a sentence may attach to a "notebook NN" mention. A mention whose context names
+# one of them must point at a notebook whose README row (title + what it teaches) names it too.
+TOPICS = {
+    "translation": r"translat", "attention": r"attention", "LSTM": r"\bLSTM", "GRU": r"\bGRU",
+    "Transformer": r"transformer", "BPTT": r"BPTT|backpropagation through time",
+    "BLEU": r"\bBLEU", "perplexity": r"perplexit", "n-gram": r"n-gram", "BPE": r"\bBPE",
+    "sentiment": r"sentiment", "ViT": r"\bViT\b|vision", "GPT": r"\bGPT", "BERT": r"\bBERT",
+    "warm-up": r"warm-?up",
+}
+MENTION = re.compile(r"\b[Nn]otebooks?\s+(\d\d)((?:\s*(?:,|and|or|–|-)\s*\d\d)*)")
+
+
+def readme_notebook_rows() -> dict[str, str]:
+    """{"01": "title and what it teaches", ...} from the README's notebook table."""
+    text = (course.REPO_ROOT / "README.md").read_text()
+    table = text[text.index("## Notebooks"):text.index("<!-- notebooks:end -->")]
+    return {m[1]: f"{m[2]} {m[3]}" for m in re.finditer(r"^\| (\d\d) \| (.*?) \| (.*?) \|", table, re.M)}
+
+
+def mention_contexts(text: str):
+    """(numbers, context) for each mention: the words just before it, and a parenthesis after."""
+    for m in MENTION.finditer(text):
+        numbers = [m[1], *re.findall(r"\d\d", m[2])]
+        # the clause before it, cut at the previous mention, which has its own context
+        clause = re.split(r"[.;:|(]\s|[Nn]otebooks?\s+\d\d", text[max(0, m.start() - 80):m.start()])[-1]
+        before = " ".join(clause.split()[-6:])  # the last few words name what is referred to
+        after = re.match(r"\s*\(([^)]*)\)", text[m.end():])
+        yield numbers, before + " " + (after[1] if after else "")
+
+
+def test_cross_reference_checker_catches_a_wrong_number():
+    rows = readme_notebook_rows()
+    [(numbers, context)] = mention_contexts("We translate German to English (notebook 06).")
+    assert numbers == ["06"] and "translat" in context
+    assert not re.search(TOPICS["translation"], rows["06"], re.I)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_cross_references_name_the_right_notebook(path):
+    rows, wrong = readme_notebook_rows(), []
+    assert len(rows) == 12, "the README table lists notebooks 01-12"
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        for numbers, context in mention_contexts("".join(cell["source"])):
+            wrong += [f"notebook {n} does not exist: ...{context}" for n in numbers if n not in rows]
+            topics = [t for t, pat in TOPICS.items() if re.search(pat, context, re.I)]
+            # every topic named must be taught by one of the notebooks mentioned
+            if not all(any(re.search(TOPICS[t], rows.get(n, ""), re.I) for n in numbers)
+                       for t in topics):
+                wrong.append(f"notebook(s) {'/'.join(numbers)} for {topics}: ...{context.strip()}")
+    assert not wrong, "\n".join(wrong)

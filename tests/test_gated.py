@@ -126,3 +126,48 @@ def test_scratch_lstm_overfits_a_tiny_batch():
             for p, g in zip(params, grads, strict=True):
                 p -= 1.0 * g
     assert loss.item() < 0.05
+
+
+def _weight_grad_diffs(ours, ref) -> float:
+    """Max |diff| between every scratch weight gradient and torch's, mapped to our layout."""
+    H, diffs = ours.hidden_size, []
+    for idx, cell in enumerate(ours.cells):
+        layer, d = divmod(idx, ours.num_directions)
+        sfx = f"_l{layer}" + ("_reverse" if d == 1 else "")
+        g_ih, g_hh, gb_ih, gb_hh = (getattr(ref, n + sfx).grad for n in
+                                    ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        for k, gate in enumerate(cell.GATES):
+            rows = slice(k * H, (k + 1) * H)
+            diffs.append(getattr(cell, f"W_x{gate}").grad - g_ih[rows].T)
+            diffs.append(getattr(cell, f"W_h{gate}").grad - g_hh[rows].T)
+            if isinstance(cell, LSTMCell) or gate in "rz":  # one summed bias: the grad of either
+                diffs.append(getattr(cell, f"b_{gate}").grad - gb_ih[rows])
+        if isinstance(cell, GRUCell):
+            diffs += [cell.b_xh.grad - gb_ih[2 * H:], cell.b_hh.grad - gb_hh[2 * H:]]
+    return max(t.abs().max().item() for t in diffs)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("num_layers,bidirectional", LAYOUTS)
+def test_gradients_match_torch(kind, num_layers, bidirectional):
+    """Backward agrees too: every weight, the input and the initial state."""
+    torch.manual_seed(0)
+    Ref, Ours = (nn.LSTM, LSTMScratch) if kind == "lstm" else (nn.GRU, GRUScratch)
+    ref = Ref(D, H, num_layers, batch_first=True, bidirectional=bidirectional)
+    ours = Ours(D, H, num_layers, bidirectional).load_from_torch(ref)
+    n = num_layers * (2 if bidirectional else 1)
+    x_ref, x = _x().requires_grad_(), _x().requires_grad_()
+    h0_ref = torch.randn(n, B, H).requires_grad_()  # (L * dirs, B, H)
+    h0 = h0_ref.detach().clone().requires_grad_()
+    if kind == "lstm":
+        c0 = torch.randn(n, B, H)
+        s_ref, s = (h0_ref, c0), (h0, c0)
+    else:
+        s_ref, s = h0_ref, h0
+    weights = torch.randn(B, T, H * (2 if bidirectional else 1))  # a loss that mixes all outputs
+    (ref(x_ref, s_ref)[0] * weights).sum().backward()
+    (ours(x, s)[0] * weights).sum().backward()
+    diff = max(_weight_grad_diffs(ours, ref), (x.grad - x_ref.grad).abs().max().item(),
+               (h0.grad - h0_ref.grad).abs().max().item())
+    print(f"{kind} L={num_layers} bi={bidirectional}: gradient max |diff| = {diff:.1e}")
+    assert diff < 1e-5

@@ -132,3 +132,9 @@ def test_perplexity_of_uniform_and_perfect_models():
     assert perplexity(float("inf"), 3) == math.inf
     with pytest.raises(ValueError):
         perplexity(1.0, 0)
+
+
+def test_perplexity_of_a_nan_loss_is_nan():
+    """A diverged model has no perplexity: nan, not inf."""
+    assert math.isnan(perplexity(float("nan"), 10))
+    assert perplexity(1e6, 1) == math.inf  # a finite but huge loss still overflows to inf

@@ -66,3 +66,19 @@ def test_overfit_a_deterministic_stream():
     cycle = np.tile([4, 5, 6, 7], 50)  # fully predictable from one previous token
     model = NGramLM(2, vocab_size=8, k=1e-6).fit(cycle)
     assert model.perplexity(cycle) < 1.001
+
+
+@pytest.mark.parametrize("k", [1e-3, 0.01])
+def test_unseen_context_with_small_k_is_uniform(k):
+    """k * V < 1 and an unseen context: every word gets 1/V (it used to get k, summing to k*V)."""
+    lm = NGramLM(order=3, vocab_size=10, k=k).fit([4, 5, 6, 4, 5, 6])
+    p = lm.next_distribution([9, 9])  # the context (9, 9) never occurs
+    np.testing.assert_allclose(p, np.full(10, 0.1))
+    assert math.isclose(p.sum(), 1.0)
+
+
+def test_next_distribution_rejects_out_of_range_context():
+    lm = NGramLM(order=2, vocab_size=5).fit([0, 1, 2, 3, 4])
+    for bad in ([5], [-1]):
+        with pytest.raises(ValueError, match="token ids must lie in"):
+            lm.next_distribution(bad)

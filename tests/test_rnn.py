@@ -81,14 +81,22 @@ def test_stacked_and_bidirectional_match_nn_rnn(num_layers, bidirectional):
 
 
 def test_gradients_match_nn_rnn():
+    """Every weight's gradient (both layers, both directions) and the input's match nn.RNN."""
     torch.manual_seed(0)
-    ref = nn.RNN(E, H, 2, batch_first=True)
+    ref = nn.RNN(E, H, 2, batch_first=True, bidirectional=True)
     ours = rnn_from_torch(ref)
-    x = torch.randn(B, T, E)
-    ref(x)[0].square().sum().backward()
+    x_ref, x = torch.randn(B, T, E).requires_grad_(), None
+    x = x_ref.detach().clone().requires_grad_()
+    ref(x_ref)[0].square().sum().backward()
     ours(x)[0].square().sum().backward()
-    _check_close(ours.layers[0].W_xh.grad, ref.weight_ih_l0.grad.T, atol=1e-5)
-    _check_close(ours.layers[1].b_h.grad, ref.bias_ih_l1.grad, atol=1e-5)
+    _check_close(x.grad, x_ref.grad, atol=1e-5)
+    for layer in range(2):
+        for sfx, scratch in (("", ours.layers[layer].fwd), ("_reverse", ours.layers[layer].bwd)):
+            name = f"_l{layer}{sfx}"
+            _check_close(scratch.W_xh.grad, getattr(ref, "weight_ih" + name).grad.T, atol=1e-5)
+            _check_close(scratch.W_hh.grad, getattr(ref, "weight_hh" + name).grad.T, atol=1e-5)
+            # b_h stands for b_ih + b_hh: its gradient equals the gradient of either one
+            _check_close(scratch.b_h.grad, getattr(ref, "bias_ih" + name).grad, atol=1e-5)
 
 
 def test_bidirectional_backward_half_sees_the_future():
@@ -104,12 +112,13 @@ def test_bidirectional_backward_half_sees_the_future():
 
 
 def test_concatenation_identity():
+    """RNNScratch.cell equals one product of [x_t, h] with the stacked matrix [W_xh; W_hh]."""
     torch.manual_seed(0)
+    rnn = RNNScratch(E, H)
     X, Hs = torch.randn(B, E), torch.randn(B, H)
-    W_xh, W_hh = torch.randn(E, H), torch.randn(H, H)
-    left = X @ W_xh + Hs @ W_hh  # (B, H)
-    right = torch.cat([X, Hs], dim=1) @ torch.cat([W_xh, W_hh], dim=0)  # (B, E+H) @ (E+H, H)
-    _check_close(left, right, atol=1e-5)
+    stacked = torch.cat([rnn.W_xh, rnn.W_hh], dim=0)  # (E+H, H)
+    right = torch.tanh(torch.cat([X, Hs], dim=1) @ stacked + rnn.b_h)  # (B, E+H) @ (E+H, H)
+    _check_close(rnn.cell(X, Hs), right, atol=1e-6)
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])
@@ -127,6 +136,40 @@ def test_clip_grad_norm_matches_torch(max_norm):
         _check_close(p.grad, q.grad)
     new_norm = torch.sqrt(sum(p.grad.square().sum() for p in a.parameters()))
     assert new_norm <= max_norm + 1e-4  # after clipping the norm is at most theta
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_float64_matches_torch(max_norm):
+    """float64 gradients are clipped with a float64 norm (a float32 norm loses ~1e-8)."""
+    torch.manual_seed(0)
+    grads = [torch.randn(50, 50, dtype=torch.float64) * 3 for _ in range(3)]
+    a = [torch.zeros(50, 50, dtype=torch.float64, requires_grad=True) for _ in grads]
+    b = [torch.zeros(50, 50, dtype=torch.float64, requires_grad=True) for _ in grads]
+    for p, q, g in zip(a, b, grads, strict=True):
+        p.grad, q.grad = g.clone(), g.clone()
+    norm, norm_ref = clip_grad_norm(a, max_norm), nn.utils.clip_grad_norm_(b, max_norm)
+    assert norm.dtype == torch.float64
+    _check_close(norm, norm_ref, atol=1e-12)
+    for p, q in zip(a, b, strict=True):
+        _check_close(p.grad, q.grad, atol=1e-14)
+
+
+def test_clip_grad_norm_accepts_a_single_tensor():
+    """torch accepts one tensor; so do we (iterating it used to walk its rows and skip it)."""
+    w, w_ref = torch.zeros(4, 3, requires_grad=True), torch.zeros(4, 3, requires_grad=True)
+    w.grad = torch.full((4, 3), 2.0)
+    w_ref.grad = w.grad.clone()
+    norm, norm_ref = clip_grad_norm(w, 1.0), nn.utils.clip_grad_norm_(w_ref, 1.0)
+    _check_close(norm, norm_ref)
+    _check_close(w.grad, w_ref.grad)
+    assert w.grad.norm() <= 1.0 + 1e-5
+
+
+def test_charlm_runs_in_float64():
+    """The one-hot input takes the model's dtype (it was hard-coded to float32)."""
+    model = CharLM(vocab_size=7, hidden_size=5).double()
+    logits, _ = model(torch.randint(0, 7, (2, 3)))
+    assert logits.dtype == torch.float64 and logits.shape == (2, 3, 7)
 
 
 def test_clip_grad_norm_rejects_bad_max_norm():

@@ -25,8 +25,11 @@ def test_seeding_repeats_random_draws():
 
 
 def test_device_override(monkeypatch):
-    monkeypatch.setenv("SEQ_DEVICE", "cpu")
-    assert get_device() == torch.device("cpu")
+    """SEQ_DEVICE wins over detection: "meta" is never auto-detected, so only the override gives it."""
+    monkeypatch.setenv("SEQ_DEVICE", "meta")
+    assert get_device() == torch.device("meta")
+    monkeypatch.delenv("SEQ_DEVICE")
+    assert get_device() != torch.device("meta")
 
 
 def test_setup_prints_the_run_header(capsys, monkeypatch):

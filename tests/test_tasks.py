@@ -61,3 +61,13 @@ def test_train_recall_solves_a_short_distance():
     out = train_recall("rnn", distance=3, hidden_size=16, n_train=256, n_val=128, steps=60,
                        lr=3e-2, seed=0)
     assert out["val_acc"] > 0.95 and len(out["history"]["loss"]) == 60
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_accuracy_keeps_the_model_mode(training):
+    from utils.tasks import accuracy
+
+    x, y = make_recall_task(8, distance=3).tensors
+    model = SequenceClassifier(8, 4, 4, "rnn").train(training)
+    accuracy(model, x, y)
+    assert model.training is training

@@ -71,3 +71,19 @@ def test_bucket_sampler_covers_everything_once_with_similar_lengths():
     assert spread / len(batches) < 100  # pools of 320 over lengths 1..499: ~55; random: ~450
     assert len(BucketBatchSampler(lengths, 32, drop_last=True)) == len(
         list(BucketBatchSampler(lengths, 32, drop_last=True)))
+
+
+def test_vocab_save_and_load_use_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """Non-ASCII tokens survive even where the locale's default encoding is ASCII."""
+    from pathlib import Path
+
+    write, read = Path.write_text, Path.read_text
+    # simulate an ASCII locale: a call that does not name its encoding gets "ascii"
+    monkeypatch.setattr(Path, "write_text", lambda self, data, encoding=None, **kw:
+                        write(self, data, encoding=encoding or "ascii", **kw))
+    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None, **kw:
+                        read(self, encoding=encoding or "ascii", **kw))
+    vocab = Vocab.build([["café", "über", "naïve", "café"]])
+    vocab.save(tmp_path / "v.json")
+    assert "café" in (tmp_path / "v.json").read_bytes().decode("utf-8")
+    assert Vocab.load(tmp_path / "v.json").itos == vocab.itos

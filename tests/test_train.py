@@ -52,3 +52,20 @@ def test_checkpoint_roundtrip_and_config_mismatch(tmp_path):
     assert torch.equal(model.weight, other.weight)
     with pytest.raises(ValueError, match="config"):
         load_checkpoint(tmp_path / "m.pt", other, config={"hidden": 3})
+
+
+def test_checkpoint_config_with_numpy_scalars_loads(tmp_path):
+    """numpy scalars in the config become Python numbers (weights_only loading refuses numpy)."""
+    import numpy as np
+
+    model, config = nn.Linear(2, 2), {"lr": np.float64(0.1), "sizes": [np.int64(3)], "ok": True}
+    save_checkpoint(tmp_path / "c.pt", model, config)
+    state = load_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2), config)
+    assert state["config"] == {"lr": 0.1, "sizes": [3], "ok": True}
+    assert type(state["config"]["lr"]) is float
+
+
+def test_checkpoint_refuses_unstorable_config(tmp_path):
+    with pytest.raises(TypeError, match="config.opt"):
+        save_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2), {"opt": object()})
+    assert not (tmp_path / "c.pt").exists()

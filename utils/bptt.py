@@ -190,6 +190,7 @@ def saved_activation_bytes(fn: Callable[[], object], exclude: list[torch.Tensor]
 @torch.no_grad()
 def stream_loss(model: nn.Module, streams: torch.Tensor, k: int = 256) -> float:
     """Mean next-character cross-entropy over `streams`, carrying the state across windows."""
+    was_training = model.training
     model.eval()
     streams = streams.to(next(model.parameters()).device)  # (B, S)
     h, total, n = None, 0.0, 0
@@ -197,7 +198,7 @@ def stream_loss(model: nn.Module, streams: torch.Tensor, k: int = 256) -> float:
         logits, h = model(x, h)  # (B, k, V)
         total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
         n += y.numel()
-    model.train()
+    model.train(was_training)  # leave the model in the mode we found it in
     return total / n
 
 

@@ -53,6 +53,8 @@ def perplexity(total_nll: float, n_tokens: int) -> float:
     if n_tokens <= 0:
         raise ValueError(f"n_tokens must be positive, got {n_tokens}")
     mean = float(total_nll) / n_tokens
+    if math.isnan(mean):  # a diverged model: say so, do not report an infinite perplexity
+        return math.nan
     return math.exp(mean) if mean < 709.0 else math.inf  # exp overflows a float past ~709
 
 

@@ -79,8 +79,9 @@ class NGramLM:
             raise ValueError("call fit(ids) before asking for probabilities")
         num = _lookup(keys, self.grams, self.gram_counts) + self.k  # (N,)
         den = _lookup(keys // self.V, self.ctxs, self.ctx_counts) + self.k * self.V  # (N,)
-        # k = 0 and an unseen context would be 0 / 0: such a model gives probability 0
-        return np.where(den > 0, num / np.maximum(den, 1), 0.0)
+        # k = 0 and an unseen context would be 0 / 0: such a model gives probability 0.
+        # Divide only where den > 0: clamping den to 1 gave k (not 1/V) when k * V < 1.
+        return np.divide(num, den, out=np.zeros(len(keys)), where=den > 0)
 
     def probs(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """P(x_t | previous n-1 tokens) for every token of `ids`: shape (N,)."""
@@ -99,7 +100,7 @@ class NGramLM:
 
     def next_distribution(self, context: Sequence[int]) -> np.ndarray:
         """P(w | context) for all w: shape (V,). Uses the last n-1 ids of `context`."""
-        ctx = [self.bos_id] * (self.order - 1) + list(context)
+        ctx = [self.bos_id] * (self.order - 1) + _as_ids(context, self.V).tolist()
         ctx_key = 0
         for tok in ctx[len(ctx) - (self.order - 1):]:  # empty for a unigram model
             ctx_key = ctx_key * self.V + int(tok)

@@ -155,24 +155,28 @@ def rnn_from_torch(rnn: nn.RNN) -> StackedRNN:
 
 # ---------------------------------------------------------------------------- clipping
 @torch.no_grad()
-def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float,
+def clip_grad_norm(parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float,
                    eps: float = 1e-6) -> torch.Tensor:
     """Rescale all gradients together: g <- min(1, max_norm / ||g||) g; return ||g|| before.
 
     ||g|| is the L2 norm of every gradient concatenated into one vector, so the direction of
     the update is kept and only its length is capped. `eps` matches torch's
-    `clip_grad_norm_` (it avoids dividing by zero when all gradients vanish).
+    `clip_grad_norm_` (it avoids dividing by zero when all gradients vanish). Like torch, it
+    accepts one tensor or an iterable of them, and returns the norm in the gradients' dtype.
     """
     if max_norm <= 0:
         raise ValueError(f"max_norm must be positive, got {max_norm}")
+    if isinstance(parameters, torch.Tensor):  # iterating a tensor would walk over its rows
+        parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)
-    total_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads)).float()  # scalar
+    # accumulate in float64 so neither float32 nor float64 gradients lose precision
+    total_norm = torch.sqrt(sum((g.double() ** 2).sum().to(grads[0].device) for g in grads))
     scale = torch.clamp(max_norm / (total_norm + eps), max=1.0)  # min(1, theta / ||g||)
     for g in grads:
         g.mul_(scale.to(g.device, g.dtype))
-    return total_norm
+    return total_norm.to(grads[0].dtype)
 
 
 # ---------------------------------------------------------------------------- language model
@@ -206,7 +210,7 @@ class CharLM(nn.Module):
         if x.dim() != 2:
             raise ValueError(f"x must be (B, T) token ids, got shape {tuple(x.shape)}")
         if self.embed is None:
-            e = F.one_hot(x, self.vocab_size).float()  # (B, T, V)
+            e = F.one_hot(x, self.vocab_size).to(self.head.weight.dtype)  # (B, T, V), model dtype
         else:
             e = self.embed(x)  # (B, T, E)
         out, h = self.rnn(e, h)  # (B, T, H); batch_first=True, so no time-major switch

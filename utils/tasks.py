@@ -112,10 +112,11 @@ class SequenceClassifier(nn.Module):
 @torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
     """Share of sequences whose arg-max logit is the label."""
+    was_training = model.training
     model.eval()
     correct = sum(int((model(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
                   for i in range(0, len(x), batch_size))
-    model.train()
+    model.train(was_training)  # leave the model in the mode we found it in
     return correct / len(x)
 
 

@@ -146,11 +146,12 @@ class Vocab:
         return tokens
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"itos": self.itos}, ensure_ascii=False))
+        # UTF-8 whatever the locale: a vocabulary saved on one machine must load on another
+        Path(path).write_text(json.dumps({"itos": self.itos}, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
-        return cls(json.loads(Path(path).read_text())["itos"])
+        return cls(json.loads(Path(path).read_text(encoding="utf-8"))["itos"])
 
 
 # ---------------------------------------------------------------------------- batching

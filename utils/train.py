@@ -106,12 +106,34 @@ def format_stats(epoch: int, epochs: int, stats: dict) -> str:
 
 
 # ---------------------------------------------------------------------------- checkpoints
+def plain_config(config: dict | None) -> dict:
+    """`config` with numpy scalars turned into Python numbers, so `weights_only` loading accepts it.
+
+    `torch.load(weights_only=True)` refuses numpy objects, so a config holding `np.float64(0.1)`
+    would save fine and then fail to load. Anything that is not a number, string, bool, None,
+    list, tuple or dict is refused here, at save time, with the offending key.
+    """
+    def plain(value, key):
+        if isinstance(value, dict):
+            return {k: plain(v, f"{key}.{k}") for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(plain(v, f"{key}[{i}]") for i, v in enumerate(value))
+        if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy/torch scalar
+            return value.item()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"checkpoint config {key} = {value!r} ({type(value).__name__}) cannot be "
+                        "stored: use numbers, strings, bools, None, lists, tuples or dicts")
+
+    return plain(config or {}, "config")
+
+
 def save_checkpoint(path: str | Path, model: nn.Module, config: dict | None = None,
                     optimizer: torch.optim.Optimizer | None = None, **extra) -> None:
     """Save weights (and optimizer state, config, extras) in a `weights_only`-loadable file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"model": model.state_dict(), "config": config or {}, **extra}
+    state = {"model": model.state_dict(), "config": plain_config(config), **extra}
     if optimizer is not None:
         state["optimizer"] = optimizer.state_dict()
     tmp = path.with_suffix(path.suffix + ".part")
@@ -123,7 +145,7 @@ def load_checkpoint(path: str | Path, model: nn.Module, config: dict | None = No
                     optimizer: torch.optim.Optimizer | None = None, map_location="cpu") -> dict:
     """Load a checkpoint into `model`; refuse it if its config differs from `config`."""
     state = torch.load(path, map_location=map_location, weights_only=True)
-    if config is not None and state.get("config") != config:
+    if config is not None and state.get("config") != plain_config(config):
         raise ValueError(
             f"checkpoint {path} was trained with config {state.get('config')}, "
             f"but this model uses {config}; delete the file to retrain."
