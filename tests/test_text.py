@@ -1,3 +1,5 @@
+from collections import Counter
+
 import pytest
 import torch
 
@@ -87,3 +89,36 @@ def test_vocab_save_and_load_use_utf8_whatever_the_locale(tmp_path, monkeypatch)
     vocab.save(tmp_path / "v.json")
     assert "café" in (tmp_path / "v.json").read_bytes().decode("utf-8")
     assert Vocab.load(tmp_path / "v.json").itos == vocab.itos
+
+
+def test_learn_bpe_merges_by_hand():
+    from utils.text import learn_bpe_merges, merge_pair
+
+    merges = learn_bpe_merges({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 4)
+    assert merges == [("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w")]  # counts 9, 9, 7, 7
+    assert merge_pair(("a", "a", "a"), ("a", "a")) == ("aa", "a")  # left to right, no overlap
+    assert learn_bpe_merges({"a": 3}, 5) == []  # nothing to merge
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_learn_bpe_merges_equal_huggingface(seed):
+    """Our loop learns the same merges, in the same order, as the tokenizers library."""
+    import json
+    import random
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from utils.text import learn_bpe_merges
+
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdelnorst") for _ in range(rng.randint(2, 8))) for _ in range(30)]
+    corpus = [w for w in words for _ in range(rng.randint(1, 9))]
+    n_merges = 20
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=len(set("".join(corpus))) + n_merges,
+                                  min_frequency=1, show_progress=False)
+    tok.train_from_iterator([" ".join(corpus)], trainer=trainer)
+    theirs = [tuple(m) if isinstance(m, list) else tuple(m.split())
+              for m in json.loads(tok.to_str())["model"]["merges"]]
+    assert learn_bpe_merges(Counter(corpus), n_merges) == theirs

@@ -44,6 +44,44 @@ def word_tokenize(text: str, lower: bool = True) -> list[str]:
     return _WORD.findall(text.lower() if lower else text)
 
 
+def merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
+    """Replace every left-to-right occurrence of `pair` in `symbols` by its concatenation."""
+    out, i = [], 0
+    while i < len(symbols):
+        if symbols[i:i + 2] == pair:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def learn_bpe_merges(word_counts: dict[str, int], n_merges: int) -> list[tuple[str, str]]:
+    """Byte-pair encoding's training loop (Sennrich et al. 2016), over a {word: count} table.
+
+    Start from characters; `n_merges` times, count every adjacent pair of symbols (weighted by
+    the word's count), merge the most frequent pair everywhere, and record it. Ties go to the
+    pair whose symbols were created first (characters in sorted order, then merges in order),
+    which is the rule Hugging Face `tokenizers` uses, so the two learn the same merges.
+    """
+    words = {tuple(w): c for w, c in word_counts.items()}  # each word as a tuple of symbols
+    created = {ch: i for i, ch in enumerate(sorted({ch for w in word_counts for ch in w}))}
+    merges: list[tuple[str, str]] = []
+    for _ in range(n_merges):
+        pairs: Counter = Counter()
+        for symbols, count in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] += count
+        if not pairs:  # every word is a single symbol: nothing left to merge
+            break
+        best = max(pairs, key=lambda p: (pairs[p], -created[p[0]], -created[p[1]]))
+        merges.append(best)
+        created.setdefault(best[0] + best[1], len(created))
+        words = {merge_pair(symbols, best): count for symbols, count in words.items()}
+    return merges
+
+
 class BPETokenizer:
     """Byte-pair encoding (Sennrich et al. 2016) trained with Hugging Face `tokenizers`.
 
