@@ -171,3 +171,37 @@ def test_gradients_match_torch(kind, num_layers, bidirectional):
                (h0.grad - h0_ref.grad).abs().max().item())
     print(f"{kind} L={num_layers} bi={bidirectional}: gradient max |diff| = {diff:.1e}")
     assert diff < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_open_gates_sets_the_keep_gate_of_every_layer(kind):
+    """After open_gates_, the scratch cell loaded from torch has b_f (LSTM) / b_z (GRU) = bias."""
+    from utils.gated import open_gates_
+
+    torch.manual_seed(0)
+    Ref, Ours = (nn.LSTM, LSTMScratch) if kind == "lstm" else (nn.GRU, GRUScratch)
+    ref = open_gates_(Ref(D, H, num_layers=2, batch_first=True, bidirectional=True), 2.0)
+    ours = Ours(D, H, 2, True).load_from_torch(ref)
+    for cell in ours.cells:
+        keep = cell.b_f if kind == "lstm" else cell.b_z
+        assert torch.equal(keep, torch.full((H,), 2.0))
+
+
+def test_open_gru_keeps_its_state():
+    """With the update gate open (z near 1) a GRU step barely moves h: h' = (1 - z) n + z h."""
+    from utils.gated import open_gates_
+
+    torch.manual_seed(0)
+    gru, h0 = nn.GRU(D, H, batch_first=True), torch.randn(1, B, H)
+    x = torch.randn(B, 1, D)
+    moved_default = (gru(x, h0)[1] - h0).abs().mean()
+    moved_open = (open_gates_(gru, 5.0)(x, h0)[1] - h0).abs().mean()
+    print(f"mean |h' - h|: default init {moved_default:.3f}, open gate {moved_open:.3f}")
+    assert moved_open < 0.1 * moved_default
+
+
+def test_open_gates_rejects_other_layers():
+    from utils.gated import open_gates_
+
+    with pytest.raises(TypeError, match="nn.LSTM or nn.GRU"):
+        open_gates_(nn.RNN(D, H))

@@ -55,6 +55,8 @@ def test_forget_bias_and_bad_cell():
         SequenceClassifier(8, 4, 2, "transformer")
     with pytest.raises(ValueError):
         SequenceClassifier(8, 4, 2, "rnn", forget_bias=1.0)
+    gru = SequenceClassifier(8, 4, 2, "gru", forget_bias=2.0)  # the GRU's update gate opens
+    assert torch.all(gru.rnn.bias_ih_l0[4:8] + gru.rnn.bias_hh_l0[4:8] == 2.0)
 
 
 def test_train_recall_solves_a_short_distance():

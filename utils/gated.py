@@ -16,6 +16,8 @@ Conventions (the details notebook 05 checks numerically):
 - GRU update gate: z_weights="old" means h' = z * h + (1 - z) * h_tilde (Cho et al., d2l,
   PyTorch); z_weights="new" means h' = (1 - z) * h + z * h_tilde (Chung et al. 2014 and some
   textbooks). The two are the same model with the z-gate's weights and bias negated.
+- Open gates: `open_gates_` starts PyTorch's LSTM/GRU layers in "keep the state" mode, the
+  course's standard initialization for gated cells from notebook 04 on.
 """
 
 from __future__ import annotations
@@ -287,3 +289,25 @@ def recurrent_param_count(cell: str, input_size: int, hidden_size: int, num_laye
         total += dirs * G * (H * D_l + H * H + n_biases * H)
     return total
 
+
+
+@torch.no_grad()
+def open_gates_(rnn: nn.LSTM | nn.GRU, bias: float = 1.0) -> nn.LSTM | nn.GRU:
+    """Set the "keep" gate's bias of every layer and direction so the cell starts by remembering.
+
+    LSTM: the forget gate, f = sigma(... + b_f), rows H..2H of torch's i, f, g, o blocks.
+    GRU: the update gate, z = sigma(... + b_z), rows H..2H of torch's r, z, n blocks; in torch's
+    convention h' = (1 - z) * n + z * h, so z near 1 keeps the old state.
+    With bias 1 the gate starts near sigma(1) = 0.73, with 3 near 0.95 (default init: about 0.5,
+    so a signal fades by half every step). torch adds its two biases, so `bias_ih` gets `bias`
+    and `bias_hh` gets 0 in those rows. Returns `rnn`, changed in place.
+    """
+    if not isinstance(rnn, (nn.LSTM, nn.GRU)) or not rnn.bias:
+        raise TypeError(f"open_gates_ needs an nn.LSTM or nn.GRU with biases, got {rnn!r}")
+    H = rnn.hidden_size
+    for name, p in rnn.named_parameters():
+        if name.startswith("bias_ih"):
+            p[H:2 * H] = bias  # the keep gate's block: f (LSTM) or z (GRU)
+        elif name.startswith("bias_hh"):
+            p[H:2 * H] = 0.0
+    return rnn

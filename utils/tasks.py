@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.gated import open_gates_
+
 CELLS = ("rnn", "irnn", "lstm", "gru")  # irnn: ReLU RNN with identity W_hh (Le et al., 2015)
 
 
@@ -43,10 +45,10 @@ def make_recall_task(n_samples: int, distance: int, n_classes: int = 4, n_noise:
 class SequenceClassifier(nn.Module):
     """One-hot tokens -> torch recurrent layer (`.rnn`) -> linear head on the last state.
 
-    `forward(x (B, T)) -> logits (B, C)`. `forget_bias` (LSTM only) sets the forget gate's
-    bias b_f, e.g. 3 so that f_t = sigmoid(...) starts near 0.95 and the cell remembers;
-    None keeps torch's init. With `return_states=True` it also returns
-    `states` (B, T, H), the hidden states h_1 .. h_T, as a leaf tensor whose `.grad` after
+    `forward(x (B, T)) -> logits (B, C)`. `forget_bias` sets the bias of the gate that keeps
+    the state (the LSTM's forget gate, the GRU's update gate; see `utils.gated.open_gates_`),
+    e.g. 3 so that the gate starts near 0.95 and the cell remembers; None keeps torch's init.
+    With `return_states=True` it also returns `states` (B, T, H), the hidden states h_1 .. h_T, as a leaf tensor whose `.grad` after
     `backward()` is the *total* gradient dL/dh_t (see `_unrolled`).
     """
 
@@ -69,13 +71,10 @@ class SequenceClassifier(nn.Module):
                 self.rnn.weight_hh_l0.copy_(torch.eye(hidden_size))
                 self.rnn.bias_hh_l0.zero_()
                 self.rnn.bias_ih_l0.zero_()
-        if forget_bias is not None:  # LSTM only; None keeps torch's init (f_t near 0.5)
-            if cell != "lstm":
-                raise ValueError(f"forget_bias applies to the LSTM only, not {cell!r}")
-            H = hidden_size
-            with torch.no_grad():  # torch's gate order is i, f, g, o: rows H..2H are f
-                self.rnn.bias_ih_l0[H:2 * H] = forget_bias
-                self.rnn.bias_hh_l0[H:2 * H] = 0.0
+        if forget_bias is not None:  # None keeps torch's init (gates near 0.5)
+            if cell not in ("lstm", "gru"):
+                raise ValueError(f"forget_bias applies to gated cells (lstm, gru), not {cell!r}")
+            open_gates_(self.rnn, forget_bias)  # LSTM forget gate / GRU update gate
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
         if x.dim() != 2:
