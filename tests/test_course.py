@@ -91,7 +91,9 @@ def mention_contexts(text: str):
     for m in MENTION.finditer(text):
         numbers = [m[1], *re.findall(r"\d\d", m[2])]
         # the clause before it, cut at the previous mention, which has its own context
-        clause = re.split(r"[.;:|(]\s|[Nn]otebooks?\s+\d\d", text[max(0, m.start() - 80):m.start()])[-1]
+        # (headings and blank lines end a clause too)
+        clause = re.split(r"#[^\n]*\n|\n\s*\n|[.;:|(]\s|[Nn]otebooks?\s+\d\d",
+                          text[max(0, m.start() - 80):m.start()])[-1]
         before = " ".join(clause.split()[-6:])  # the last few words name what is referred to
         after = re.match(r"\s*\(([^)]*)\)", text[m.end():])
         yield numbers, before + " " + (after[1] if after else "")
