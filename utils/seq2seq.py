@@ -1,0 +1,555 @@
+"""Sequence-to-sequence translation: the Multi30k pipeline and recurrent encoder-decoders.
+
+Pipeline (notebooks 07 and 09 use it unchanged):
+- `load_translation_data` reads Multi30k (de -> en by default), trains a cased subword (BPE)
+  tokenizer per language on the TRAINING split only (or one shared tokenizer), and encodes
+  every split. The tokenizer's decoder gives back detokenized text, so model outputs can be
+  scored with sacreBLEU's default BLEU (cased, detokenized, 13a);
+- `make_loader` batches sentence pairs of similar length (bucketing) into `TranslationBatch`es
+  with padding masks;
+- `evaluate_translation` decodes a split (greedy or beam) and reports BLEU (the course's
+  `utils.metrics.corpus_bleu`, headline and lowercased variants) and perplexity.
+
+Models: an `Encoder` (GRU, optionally bidirectional) and four decoders, all behind one
+`EncoderDecoder` that any "translator" in the course imitates:
+    model(src, src_mask, tgt_in) -> logits (B, T, V)        training, teacher forcing
+    model.start(src, src_mask) -> state                        decoding, see utils.decoding
+    model.step(prefix, state) -> (log_probs (B, V), state)
+- `FixedContextDecoder`: the encoder's last state is the decoder's only view of the source
+  (Sutskever et al. 2014);
+- `ContextDecoder`: that context is also fed at every step and to the output (Cho et al. 2014);
+- `BahdanauDecoder`: additive attention queried with the PREVIOUS decoder state s_{t-1}
+  (Bahdanau et al. 2015);
+- `LuongDecoder`: attention queried with the CURRENT state s_t, attentional hidden state
+  h~_t = tanh(W_c [c_t; s_t]) (Luong et al. 2015).
+
+Shapes: B batch, S source length, T target length, E embedding, H hidden, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from utils.attention import AdditiveScore, Attention, GeneralScore
+from utils.data import load_multi30k
+from utils.decoding import beam_search, greedy_decode
+from utils.metrics import BLEUResult, corpus_bleu, perplexity, token_nll
+from utils.text import SPECIALS, UNK, BPETokenizer, BucketBatchSampler
+
+Tensor = torch.Tensor
+PAD_ID, UNK_ID, SOS_ID, EOS_ID = 0, 1, 2, 3  # the order of utils.text.SPECIALS
+
+
+# ---------------------------------------------------------------------------- tokenization
+def train_subword_tokenizer(texts, vocab_size: int, min_frequency: int = 2) -> BPETokenizer:
+    """A CASED BPE tokenizer whose `decode` returns detokenized text.
+
+    Words are split at spaces (kept as a leading "▁" on the first piece, as in SentencePiece)
+    and punctuation is split off, so "bike." -> ["▁bike", "."]; decoding glues the pieces and
+    turns "▁" back into spaces: "A man rides a bike." round-trips exactly. Specials get ids
+    0-3 (<pad>, <unk>, <sos>, <eos>) like every `utils.text.Vocab`.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=UNK))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()])
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=list(SPECIALS), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return BPETokenizer(tok)  # reuse the course's wrapper: encode / decode / tokenize / save
+
+
+@dataclass
+class TranslationData:
+    """Tokenizers and encoded splits of a parallel corpus; `raw[split]` keeps the strings."""
+
+    src_lang: str
+    tgt_lang: str
+    src_tok: BPETokenizer
+    tgt_tok: BPETokenizer
+    raw: dict[str, list[tuple[str, str]]]  # split -> [(src text, tgt text)]
+    ids: dict[str, list[tuple[list[int], list[int]]]] = field(default_factory=dict)
+
+    def sizes(self) -> dict[str, int]:
+        return {split: len(pairs) for split, pairs in self.raw.items()}
+
+
+def load_translation_data(src: str = "de", tgt: str = "en", vocab_size: int = 8000,
+                          shared: bool = False, limits: dict | None = None,
+                          max_tokens: int = 64) -> TranslationData:
+    """Multi30k (train / val / test 2016) tokenized with subword tokenizers trained on train only.
+
+    shared=True trains one tokenizer on both languages (a Transformer can then tie its
+    embeddings); otherwise each language gets its own of `vocab_size` pieces.
+    `limits` optionally caps each split, e.g. {"train": 2000}; `max_tokens` truncates
+    sentences (a handful of training sentences are much longer than the rest).
+    """
+    limits = limits or {}
+    raw = {s: load_multi30k(s, src=src, tgt=tgt, limit=limits.get(s))
+           for s in ("train", "val", "test")}
+    train_src = [s for s, _ in raw["train"]]
+    train_tgt = [t for _, t in raw["train"]]
+    if shared:
+        src_tok = tgt_tok = train_subword_tokenizer(train_src + train_tgt, vocab_size)
+    else:
+        src_tok = train_subword_tokenizer(train_src, vocab_size)
+        tgt_tok = train_subword_tokenizer(train_tgt, vocab_size)
+    data = TranslationData(src, tgt, src_tok, tgt_tok, raw)
+    for split, pairs in raw.items():
+        data.ids[split] = [(src_tok.encode(s)[:max_tokens], tgt_tok.encode(t)[:max_tokens])
+                           for s, t in pairs]
+    return data
+
+
+def ids_to_text(ids, tok: BPETokenizer) -> str:
+    """Model output ids -> detokenized text: stop at the first <eos>, drop specials."""
+    ids = [int(i) for i in ids]
+    if EOS_ID in ids:
+        ids = ids[: ids.index(EOS_ID)]
+    return tok.decode([i for i in ids if i >= len(SPECIALS)])
+
+
+def ids_to_pieces(ids, tok: BPETokenizer) -> list[str]:
+    """The subword pieces of ids (for plot labels), "▁" marking the start of a word."""
+    return [tok._tok.id_to_token(int(i)) for i in ids]
+
+
+# ---------------------------------------------------------------------------- batching
+@dataclass
+class TranslationBatch:
+    """Padded source and target; masks are True on real tokens.
+
+    tgt_in = <sos> y_1 .. y_n (what the decoder reads), tgt_out = y_1 .. y_n <eos> (what it
+    must predict), so tgt_in[:, t] is the input at the step whose target is tgt_out[:, t].
+    """
+
+    src: Tensor  # (B, S) int64
+    src_mask: Tensor  # (B, S) bool
+    tgt_in: Tensor  # (B, T) int64
+    tgt_out: Tensor  # (B, T) int64, PAD_ID on padding
+
+    def to(self, device) -> TranslationBatch:
+        return TranslationBatch(*(x.to(device) for x in (self.src, self.src_mask,
+                                                           self.tgt_in, self.tgt_out)))
+
+
+def _pad(seqs: list[list[int]]) -> Tensor:
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)  # (B, L)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+class TranslationCollate:
+    """`collate_fn` for (src ids, tgt ids) pairs -> `TranslationBatch`."""
+
+    def __call__(self, pairs) -> TranslationBatch:
+        srcs = [s if s else [UNK_ID] for s, _ in pairs]  # an empty source would break packing
+        src = _pad(srcs)  # (B, S)
+        tgt_in = _pad([[SOS_ID, *t] for _, t in pairs])  # (B, T)
+        tgt_out = _pad([[*t, EOS_ID] for _, t in pairs])  # (B, T)
+        return TranslationBatch(src, src != PAD_ID, tgt_in, tgt_out)
+
+
+def make_loader(pairs, batch_size: int, shuffle: bool = True, seed: int = 0
+                ) -> torch.utils.data.DataLoader:
+    """Batches of pairs bucketed by source + target length (little padding)."""
+    lengths = [len(s) + len(t) for s, t in pairs]
+    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed)
+    return torch.utils.data.DataLoader(pairs, batch_sampler=sampler,
+                                       collate_fn=TranslationCollate())
+
+
+def reverse_padded(x: Tensor, mask: Tensor) -> Tensor:
+    """Reverse the real tokens of every row, padding stays at the end: x, mask (B, S) -> (B, S)."""
+    S = x.shape[1]
+    pos = torch.arange(S, device=x.device)[None, :]  # (1, S)
+    lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
+    index = torch.where(pos < lengths, lengths - 1 - pos, pos)  # (B, S)
+    return x.gather(1, index)  # (B, S)
+
+
+# ---------------------------------------------------------------------------- models
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    src_vocab: int  # source vocabulary size V_src
+    tgt_vocab: int  # target vocabulary size V
+    emb: int = 256  # E, embedding width on both sides
+    hidden: int = 512  # H, decoder GRU width (and each encoder direction's width)
+    attn: int = 256  # d_a, hidden width of the additive score
+    dropout: float = 0.3  # on embeddings and before the output layer
+    bidirectional: bool = False  # encoder reads the source both ways (attention models)
+    reverse_src: bool = False  # read the source backwards (Sutskever et al.'s input reversal)
+
+    def __post_init__(self):
+        if min(self.src_vocab, self.tgt_vocab, self.emb, self.hidden, self.attn) <= 0:
+            raise ValueError(f"sizes must be positive: {self}")
+
+
+class Encoder(nn.Module):
+    """Embed and run a GRU over the source (packed, so padding never enters the state).
+
+    src (B, S), src_mask (B, S) -> memory (B, S, H * dirs), summary (B, H): the last state,
+    for a bidirectional encoder tanh(W [h_fwd_last; h_bwd_first]) so it has the decoder's width.
+    """
+
+    def __init__(self, cfg: Seq2SeqConfig) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.src_vocab, cfg.emb, padding_idx=PAD_ID)
+        self.rnn = nn.GRU(cfg.emb, cfg.hidden, batch_first=True, bidirectional=cfg.bidirectional)
+        dirs = 2 if cfg.bidirectional else 1
+        self.bridge = nn.Linear(dirs * cfg.hidden, cfg.hidden) if dirs == 2 else nn.Identity()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.reverse_src = cfg.reverse_src
+
+    def forward(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+        B, S = src.shape
+        if self.reverse_src:  # memory position i then holds source word len - 1 - i
+            src = reverse_padded(src, src_mask)  # (B, S)
+        x = self.dropout(self.embed(src))  # (B, S, E)
+        lengths = src_mask.sum(dim=1).cpu()  # (B,): packing wants lengths on the CPU
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, h_n = self.rnn(packed)  # h_n (dirs, B, H)
+        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, dirs*H)
+        last = h_n.transpose(0, 1).reshape(B, -1)  # (B, dirs*H): batch-first again
+        summary = torch.tanh(self.bridge(last)) if h_n.shape[0] == 2 else last  # (B, H)
+        return memory, summary
+
+
+class OutputLayer(nn.Module):
+    """Features (..., F) -> logits (..., V). A wide F (state, context and embedding
+    concatenated) first goes through a tanh bottleneck of E units, Bahdanau et al.'s "deep
+    output": the V-way matrix product, the most expensive one of the model, then reads E
+    numbers instead of F. When F <= E the features go straight to the V-way layer."""
+
+    def __init__(self, d_in: int, d_bottleneck: int, vocab: int) -> None:
+        super().__init__()
+        self.pre = (nn.Sequential(nn.Linear(d_in, d_bottleneck), nn.Tanh())
+                    if d_in > d_bottleneck else nn.Identity())
+        self.proj = nn.Linear(min(d_in, d_bottleneck), vocab)
+
+    def forward(self, f: Tensor) -> Tensor:
+        return self.proj(self.pre(f))  # (..., V)
+
+
+class _Decoder(nn.Module):
+    """What every decoder shares: embedding, dropout, output layer, the step-by-step unroll.
+
+    A subclass defines `init_state(memory, summary, src_mask) -> state (dict, batch first)` and
+    `features(y_prev (B,), state) -> (f (B, F), state, weights (B, S) or None)`, where f is
+    what the output layer reads; it may override `forward_parallel` when, with full teacher
+    forcing, all steps can run at once.
+    """
+
+    parallel = False  # True: forward_parallel exists
+
+    def __init__(self, cfg: Seq2SeqConfig, out_in: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb, padding_idx=PAD_ID)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = OutputLayer(out_in, cfg.emb, cfg.tgt_vocab)
+
+    def step(self, y_prev: Tensor, state: dict):
+        """One decoder step: y_prev (B,) -> (logits (B, V), state, weights (B, S) or None)."""
+        f, state, w = self.features(y_prev, state)  # (B, F)
+        return self.out(self.dropout(f)), state, w  # (B, V)
+
+    def forward(self, tgt_in: Tensor, state: dict, teacher_forcing: float = 1.0,
+                return_attention: bool = False):
+        """tgt_in (B, T) -> logits (B, T, V) [, weights (B, T, S)].
+
+        At each step the input is the gold token with probability `teacher_forcing`, else the
+        model's own previous prediction (one coin per step for the whole batch). With full
+        teacher forcing the output layer runs once on all steps (one big matrix product).
+        """
+        if teacher_forcing >= 1.0 and self.parallel and not return_attention:
+            return self.forward_parallel(tgt_in, state)
+        feats, weights, y = [], [], tgt_in[:, 0]  # y (B,)
+        for t in range(tgt_in.shape[1]):
+            f, state, w = self.features(y, state)  # (B, F)
+            feats.append(f)
+            weights.append(w)
+            if t + 1 < tgt_in.shape[1]:
+                gold = teacher_forcing >= 1.0 or random.random() < teacher_forcing
+                y = tgt_in[:, t + 1] if gold else self.out(f).argmax(dim=-1)  # (B,)
+        logits = self.out(self.dropout(torch.stack(feats, dim=1)))  # (B, T, V)
+        if return_attention:
+            return logits, torch.stack(weights, dim=1) if weights[0] is not None else None
+        return logits
+
+
+class FixedContextDecoder(_Decoder):
+    """s_0 = c (the encoder's summary); s_t = GRU(emb(y_{t-1}), s_{t-1}); logits = W_o s_t."""
+
+    parallel = True
+
+    def __init__(self, cfg: Seq2SeqConfig) -> None:
+        super().__init__(cfg, out_in=cfg.hidden)
+        self.rnn = nn.GRU(cfg.emb, cfg.hidden, batch_first=True)
+
+    def init_state(self, memory: Tensor, summary: Tensor, src_mask: Tensor) -> dict:
+        return {"s": summary}  # (B, H): everything the decoder will know about the source
+
+    def features(self, y_prev: Tensor, state: dict):
+        x = self.dropout(self.embed(y_prev))[:, None]  # (B, 1, E)
+        out, s = self.rnn(x, state["s"][None])  # (B, 1, H), (1, B, H)
+        return out[:, 0], {"s": s[0]}, None  # (B, H)
+
+    def forward_parallel(self, tgt_in: Tensor, state: dict) -> Tensor:
+        x = self.dropout(self.embed(tgt_in))  # (B, T, E)
+        out, _ = self.rnn(x, state["s"][None])  # (B, T, H)
+        return self.out(self.dropout(out))  # (B, T, V)
+
+
+class ContextDecoder(_Decoder):
+    """The context c at every step: s_t = GRU([emb(y_{t-1}); c], s_{t-1}),
+    logits = W_o [s_t; emb(y_{t-1}); c] (Cho et al. 2014)."""
+
+    parallel = True
+
+    def __init__(self, cfg: Seq2SeqConfig) -> None:
+        super().__init__(cfg, out_in=cfg.hidden + cfg.emb + cfg.hidden)
+        self.rnn = nn.GRU(cfg.emb + cfg.hidden, cfg.hidden, batch_first=True)
+
+    def init_state(self, memory: Tensor, summary: Tensor, src_mask: Tensor) -> dict:
+        return {"s": summary, "c": summary}  # (B, H) each
+
+    def _features(self, e: Tensor, c: Tensor, s0: Tensor):
+        out, s = self.rnn(torch.cat([e, c], dim=-1), s0[None])  # (B, T, H), (1, B, H)
+        return torch.cat([out, e, c], dim=-1), s[0]  # (B, T, H + E + H)
+
+    def features(self, y_prev: Tensor, state: dict):
+        e = self.dropout(self.embed(y_prev))[:, None]  # (B, 1, E)
+        f, s = self._features(e, state["c"][:, None], state["s"])  # (B, 1, F)
+        return f[:, 0], {"s": s, "c": state["c"]}, None
+
+    def forward_parallel(self, tgt_in: Tensor, state: dict) -> Tensor:
+        e = self.dropout(self.embed(tgt_in))  # (B, T, E)
+        c = state["c"][:, None].expand(-1, tgt_in.shape[1], -1)  # (B, T, H)
+        return self.out(self.dropout(self._features(e, c, state["s"])[0]))  # (B, T, V)
+
+
+class BahdanauDecoder(_Decoder):
+    """Attention queried with the previous state (Bahdanau et al. 2015):
+    alpha_t = softmax(additive(s_{t-1}, h_i)), c_t = sum_i alpha_ti h_i,
+    s_t = GRU([emb(y_{t-1}); c_t], s_{t-1}), logits = W_o [s_t; c_t; emb(y_{t-1})].
+    The memory h_i is (B, S, 2H) from the bidirectional encoder."""
+
+    def __init__(self, cfg: Seq2SeqConfig) -> None:
+        d_mem = 2 * cfg.hidden if cfg.bidirectional else cfg.hidden
+        super().__init__(cfg, out_in=cfg.hidden + d_mem + cfg.emb)
+        self.attention = Attention(AdditiveScore(cfg.hidden, d_mem, cfg.attn))
+        self.cell = nn.GRUCell(cfg.emb + d_mem, cfg.hidden)
+
+    def init_state(self, memory: Tensor, summary: Tensor, src_mask: Tensor) -> dict:
+        keys = self.attention.score.project_keys(memory)  # (B, S, d_a), once per sentence
+        return {"s": summary, "memory": memory, "keys": keys, "mask": src_mask}
+
+    def features(self, y_prev: Tensor, state: dict):
+        e = self.dropout(self.embed(y_prev))  # (B, E)
+        c, w = self.attention(state["s"][:, None], state["memory"], state["memory"],
+                              state["mask"], keys_projected=state["keys"])  # (B, 1, 2H), (B, 1, S)
+        s = self.cell(torch.cat([e, c[:, 0]], dim=-1), state["s"])  # (B, H)
+        return torch.cat([s, c[:, 0], e], dim=-1), {**state, "s": s}, w[:, 0]  # (B, H + 2H + E)
+
+
+class LuongDecoder(_Decoder):
+    """Attention queried with the current state (Luong et al. 2015, general score):
+    s_t = GRU(emb(y_{t-1}), s_{t-1}), alpha_t = softmax(s_t W h_i), c_t = sum_i alpha_ti h_i,
+    h~_t = tanh(W_c [c_t; s_t]), logits = W_s h~_t. Without input feeding, a teacher-forced
+    pass runs the GRU over all steps at once and attends for all of them in one bmm."""
+
+    parallel = True
+
+    def __init__(self, cfg: Seq2SeqConfig) -> None:
+        d_mem = 2 * cfg.hidden if cfg.bidirectional else cfg.hidden
+        super().__init__(cfg, out_in=cfg.hidden)
+        self.rnn = nn.GRU(cfg.emb, cfg.hidden, batch_first=True)
+        self.attention = Attention(GeneralScore(cfg.hidden, d_mem))
+        self.W_c = nn.Linear(d_mem + cfg.hidden, cfg.hidden, bias=False)
+
+    def init_state(self, memory: Tensor, summary: Tensor, src_mask: Tensor) -> dict:
+        return {"s": summary, "memory": memory, "mask": src_mask}
+
+    def _attend(self, out: Tensor, state: dict):
+        c, w = self.attention(out, state["memory"], state["memory"], state["mask"])  # (B, T, 2H)
+        return torch.tanh(self.W_c(torch.cat([c, out], dim=-1))), w  # h~ (B, T, H), (B, T, S)
+
+    def features(self, y_prev: Tensor, state: dict):
+        x = self.dropout(self.embed(y_prev))[:, None]  # (B, 1, E)
+        out, s = self.rnn(x, state["s"][None])  # (B, 1, H), (1, B, H)
+        h_tilde, w = self._attend(out, state)  # (B, 1, H)
+        return h_tilde[:, 0], {**state, "s": s[0]}, w[:, 0]
+
+    def forward_parallel(self, tgt_in: Tensor, state: dict) -> Tensor:
+        out, _ = self.rnn(self.dropout(self.embed(tgt_in)), state["s"][None])  # (B, T, H)
+        return self.out(self.dropout(self._attend(out, state)[0]))  # (B, T, V)
+
+
+DECODERS = {"seq2seq": FixedContextDecoder, "context": ContextDecoder,
+            "bahdanau": BahdanauDecoder, "luong": LuongDecoder}
+
+
+class EncoderDecoder(nn.Module):
+    """Encoder + one of `DECODERS`, with the training and decoding interface described above."""
+
+    def __init__(self, cfg: Seq2SeqConfig, decoder: str) -> None:
+        super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"unknown decoder {decoder!r}; choose one of {sorted(DECODERS)}")
+        self.cfg, self.kind = cfg, decoder
+        self.encoder = Encoder(cfg)
+        self.decoder = DECODERS[decoder](cfg)
+
+    def start(self, src: Tensor, src_mask: Tensor) -> dict:
+        """Encode the source: src (B, S), src_mask (B, S) -> the decoder's first state."""
+        if src.shape != src_mask.shape or src_mask.dtype != torch.bool:
+            raise ValueError(f"expected src (B, S) and a bool src_mask of the same shape, got "
+                             f"{tuple(src.shape)} and {tuple(src_mask.shape)} {src_mask.dtype}")
+        memory, summary = self.encoder(src, src_mask)  # (B, S, dirs*H), (B, H)
+        return self.decoder.init_state(memory, summary, src_mask)
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor,
+                teacher_forcing: float = 1.0, return_attention: bool = False):
+        """Teacher-forced logits (B, T, V) for tgt_in (B, T) [and attention weights (B, T, S)]."""
+        return self.decoder(tgt_in, self.start(src, src_mask), teacher_forcing, return_attention)
+
+    def step(self, prefix: Tensor, state: dict) -> tuple[Tensor, dict]:
+        """The `utils.decoding` interface: prefix (B, t) -> log-probs (B, V) of the next token."""
+        logits, state, _ = self.decoder.step(prefix[:, -1], state)  # (B, V)
+        return torch.log_softmax(logits.float(), dim=-1), state
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------- training
+def make_step(teacher_forcing: float = 1.0, autocast: bool = False):
+    """`utils.train.fit` step: mean token cross-entropy of a `TranslationBatch` (padding ignored).
+
+    autocast=True runs the matrix products in bfloat16 (CPU or GPU); the loss stays float32.
+    """
+    def step(model: nn.Module, batch: TranslationBatch) -> dict:
+        batch = batch.to(next(model.parameters()).device)
+        tf = teacher_forcing if model.training else 1.0  # evaluation: always teacher-forced
+        with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=tf)  # (B, T, V)
+        nll, n = token_nll(logits.float(), batch.tgt_out, pad_id=PAD_ID)
+        return {"loss": nll / n, "n": n}
+
+    return step
+
+
+def train_translator(model: nn.Module, data: TranslationData, epochs: int,
+                     batch_size: int = 128, lr: float = 1e-3, clip: float = 1.0,
+                     teacher_forcing: float = 1.0, val_bleu: bool = True,
+                     autocast: bool = False, seed: int = 0) -> dict[str, list[float]]:
+    """Adam on the training split for `epochs`; after each epoch the validation loss and,
+    if `val_bleu`, the greedy validation BLEU. Prints one line per epoch, returns the history
+    {"train_loss", "val_loss", "val_bleu", "epoch_time"} (losses in nats per subword)."""
+    from utils.train import _run_epoch, evaluate  # the course's loop, one epoch at a time
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    train_loader = make_loader(data.ids["train"], batch_size, seed=seed)
+    val_loader = make_loader(data.ids["val"], 200, shuffle=False)
+    step, history = make_step(teacher_forcing, autocast), {}
+    for epoch in range(1, epochs + 1):
+        start = time.perf_counter()
+        stats = {"train_loss": _run_epoch(model, train_loader, step, optimizer, clip)["loss"]}
+        stats["epoch_time"] = time.perf_counter() - start  # training only, the fair budget
+        stats["val_loss"] = evaluate(model, val_loader, step)["loss"]
+        if val_bleu:
+            hyps = translate(model, data.ids["val"], data.tgt_tok, autocast=autocast)
+            stats["val_bleu"] = bleu_scores(hyps, [t for _, t in data.raw["val"]])["bleu"].score
+        for key, value in stats.items():
+            history.setdefault(key, []).append(value)
+        bleu = f" | val BLEU {stats['val_bleu']:5.2f}" if val_bleu else ""
+        print(f"epoch {epoch}/{epochs} | train loss {stats['train_loss']:.3f} | val loss "
+              f"{stats['val_loss']:.3f}{bleu} | {stats['epoch_time']:.0f} s")
+    return history
+
+
+# ---------------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def translate(model: nn.Module, pairs, tgt_tok: BPETokenizer, beam_size: int = 1,
+              batch_size: int = 200, max_len: int = 60, alpha: float = 1.0,
+              autocast: bool = False) -> list[str]:
+    """Detokenized translations of the sources of `pairs` (id lists), in their order.
+
+    beam_size 1 is batched greedy decoding; larger beams use length-normalized beam search.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    collate, hyps = TranslationCollate(), []
+    for i in range(0, len(pairs), batch_size):
+        batch = collate(pairs[i: i + batch_size]).to(device)
+        prefix = torch.full((batch.src.shape[0], 1), SOS_ID, dtype=torch.long, device=device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            state = model.start(batch.src, batch.src_mask)
+            if beam_size == 1:
+                out = greedy_decode(model.step, prefix, state, max_len, eos_id=EOS_ID)[:, 1:]
+                hyps += [ids_to_text(row, tgt_tok) for row in out.tolist()]
+            else:
+                beams = beam_search(model.step, prefix, state, max_len, EOS_ID, beam_size, alpha)
+                hyps += [ids_to_text(b[0].tokens, tgt_tok) for b in beams]
+    return hyps
+
+
+def bleu_scores(hyps: list[str], refs: list[str]) -> dict[str, BLEUResult]:
+    """BLEU with notebook 02's `corpus_bleu` after sacreBLEU's 13a tokenization.
+
+    "bleu": sacreBLEU's default (cased, detokenized input, 13a), the headline;
+    "bleu_lc": the same, lowercased, like scores computed on lowercased tokenized text.
+    """
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    tok = Tokenizer13a()
+    refs_tok = [[tok(r)] for r in refs]
+    cased = corpus_bleu([tok(h) for h in hyps], refs_tok)
+    lower = corpus_bleu([tok(h).lower() for h in hyps], [[r[0].lower()] for r in refs_tok])
+    return {"bleu": cased, "bleu_lc": lower}
+
+
+BLEU_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"  # sacreBLEU's default BLEU
+
+
+def evaluate_translation(model: nn.Module, data: TranslationData, split: str = "test",
+                         beam_size: int = 1, batch_size: int = 200, alpha: float = 1.0,
+                         autocast: bool = False, verbose: bool = True) -> dict:
+    """BLEU (headline and lowercased) of decoded `split`, and its teacher-forced perplexity.
+
+    Returns {"bleu", "bleu_lc", "ppl", "hyps"}; BLEU on the 0-100 scale.
+    """
+    pairs, refs = data.ids[split], [t for _, t in data.raw[split]]
+    hyps = translate(model, pairs, data.tgt_tok, beam_size, batch_size, alpha=alpha,
+                     autocast=autocast)
+    scores = bleu_scores(hyps, refs)
+    ppl = split_perplexity(model, pairs, batch_size, autocast)
+    if verbose:
+        print(f"{split}: BLEU {scores['bleu'].score:.2f} ({BLEU_SIGNATURE}) | lowercased "
+              f"{scores['bleu_lc'].score:.2f} | perplexity {ppl:.2f} | beam {beam_size}")
+    return {"bleu": scores["bleu"].score, "bleu_lc": scores["bleu_lc"].score, "ppl": ppl,
+            "hyps": hyps}
+
+
+@torch.no_grad()
+def split_perplexity(model: nn.Module, pairs, batch_size: int = 200,
+                     autocast: bool = False) -> float:
+    """exp(mean nll per target subword, <eos> included) under teacher forcing."""
+    model.eval()
+    step, total, count = make_step(autocast=autocast), 0.0, 0
+    for batch in make_loader(pairs, batch_size, shuffle=False):
+        out = step(model, batch)
+        total, count = total + float(out["loss"]) * out["n"], count + out["n"]
+    return perplexity(total, count)
+
