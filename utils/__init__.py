@@ -12,12 +12,12 @@ Modules (each notebook imports what it needs):
 - `utils.bptt`: backpropagation through time by hand, truncated BPTT (04)
 - `utils.tasks`: the long-range recall task and a recurrent classifier (04, 05)
 - `utils.gated`: LSTM and GRU from scratch, the open-gate initialization (05)
-- `utils.classifiers`: the IMDB text classifiers, one calling convention (06, 08)
+- `utils.classifiers`: the IMDB text classifiers, one calling convention, incl. the Transformer classifier (06, 08)
 - `utils.encoders`: the pretrained MiniLM sentence encoder, loaded offline (06)
 - `utils.attention`: score functions, masked softmax, attention pooling, multi-head attention (07, 08)
 - `utils.seq2seq`: the Multi30k translation pipeline and recurrent encoder-decoders (07)
 - `utils.decoding`: greedy decoding, beam search and sampling, written once (07)
-- `utils.transformer`: positional encodings, layer norm, encoder blocks (08)
+- `utils.transformer`: positional encodings, layer norm, feed-forward, encoder blocks and stack (08; 09-12 build on it)
 - `utils.show`: render a `utils` definition's source in a notebook
 - `utils.results`: headline numbers of full runs and the README results table
 - `utils.course`: repository URL, Colab badge/setup cell, executing notebooks
