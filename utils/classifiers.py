@@ -24,11 +24,18 @@ F filters per width, D sentence-vector width.
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
+
+from utils.gated import open_gates_
+from utils.transformer import POSITIONS, Encoder, EncoderConfig, LayerNorm, make_positions
 
 PAD_ID = 0  # utils.text.Vocab puts <pad> at index 0
 
@@ -133,10 +140,7 @@ class RecurrentClassifier(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(H * (2 if bidirectional else 1), C)
         if cell == "lstm" and forget_bias is not None:
-            with torch.no_grad():  # gate order i, f, g, o: rows H..2H are f (notebook 05)
-                for name, p in self.rnn.named_parameters():
-                    if name.startswith("bias_"):
-                        p[H:2 * H] = forget_bias if name.startswith("bias_ih") else 0.0
+            open_gates_(self.rnn, forget_bias)  # the forget gate starts open (notebook 05)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         _check_inputs(tokens, lengths)
@@ -323,17 +327,6 @@ def fraction_of(train_idx: np.ndarray, fraction: float, seed: int = 0) -> np.nda
 
 
 # ---------------------------------------------------------------------------- transformer (08)
-import math  # noqa: E402  (appended section, notebook 08)
-import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-
-from utils.transformer import (  # noqa: E402
-    POSITIONS,
-    Encoder,
-    EncoderConfig,
-    LayerNorm,
-    make_positions,
-)
 
 
 @dataclass(frozen=True)
