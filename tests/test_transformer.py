@@ -174,15 +174,6 @@ def test_meta_device_forward_of_every_module():
         assert model(tokens, lengths).shape == (2, 2)
 
 
-def test_warmup_cosine_schedule():
-    from utils.classifiers import warmup_cosine
-
-    assert warmup_cosine(0, 0.0, 10) == pytest.approx(0.1)
-    assert warmup_cosine(9, 0.0, 10) == pytest.approx(1.0)
-    assert warmup_cosine(50, 0.5, 10) == pytest.approx(0.5)
-    assert warmup_cosine(99, 1.0, 10) == pytest.approx(0.0)
-
-
 def test_fit_for_time_learns_and_keeps_best_weights():
     from utils.classifiers import fit_for_time, make_loader
 

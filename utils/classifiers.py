@@ -24,7 +24,6 @@ F filters per width, D sentence-vector width.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -35,6 +34,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from utils.gated import open_gates_
+from utils.schedules import warmup_cosine_factor
 from utils.transformer import POSITIONS, Encoder, EncoderConfig, LayerNorm, make_positions
 
 PAD_ID = 0  # utils.text.Vocab puts <pad> at index 0
@@ -398,19 +398,12 @@ class TransformerClassifier(nn.Module):
         return maps
 
 
-def warmup_cosine(step: int, frac: float, warmup_steps: int) -> float:
-    """LR factor: linear warm-up over the first `warmup_steps` steps, then cosine from 1 to 0
-    as `frac` (the share of the budget spent) goes from 0 to 1."""
-    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
-    return warm * 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
-
-
 def fit_for_time(model: nn.Module, train_dl, seconds: float, lr: float, warmup_steps: int = 0,
                  weight_decay: float = 0.01, val_dl=None, clip: float | None = 1.0,
                  bf16: bool = False, constant_lr: bool = False) -> dict:
     """Train a `(tokens, lengths) -> logits` model with AdamW for a wall-clock budget.
 
-    The schedule follows *time*, not steps (`warmup_cosine`), so models of different speed get
+    The schedule follows *time*, not steps (`warmup_cosine_factor` with progress = time share), so models of different speed get
     the same budget (`constant_lr=True`: no schedule, as in the seed). After each pass over `train_dl` and at the end the model is scored on
     `val_dl`, and the best weights are kept. `bf16=True` runs the forward pass under CPU
     bfloat16 autocast (the loss stays float32). Returns {"loss": [...], "val_acc": [...],
@@ -424,7 +417,7 @@ def fit_for_time(model: nn.Module, train_dl, seconds: float, lr: float, warmup_s
             if (frac := (time.perf_counter() - start) / seconds) >= 1:
                 break
             for group in opt.param_groups:
-                group["lr"] = lr if constant_lr else lr * warmup_cosine(step, frac, warmup_steps)
+                group["lr"] = lr if constant_lr else lr * warmup_cosine_factor(step, warmup_steps, frac)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = classify_step(model, batch)["loss"]
             opt.zero_grad(set_to_none=True)

@@ -132,6 +132,13 @@ class LayerNorm(nn.Module):
         return self
 
 
+ACTIVATIONS = {  # FFN nonlinearities: the paper's ReLU, BERT's exact GELU, GPT-2's tanh GELU
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
 class FeedForward(nn.Module):
     """Position-wise FFN(x) = act(x W_1 + b_1) W_2 + b_2, the same MLP at every position.
 
@@ -141,9 +148,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-        self.act = F.relu if activation == "relu" else F.gelu
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        self.act = ACTIVATIONS[activation]
         self.W_1 = nn.Linear(d_model, d_ff)
         self.W_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
@@ -164,7 +171,7 @@ class EncoderConfig:
     dropout: float = 0.1  # on the FFN hidden layer and each sublayer output
     attn_dropout: float | None = None  # on the attention weights; None: the same as `dropout`
     norm_first: bool = False  # False: post-LN (paper); True: pre-LN (GPT-2, ViT, today)
-    activation: str = "relu"  # FFN nonlinearity: "relu" (paper) or "gelu" (BERT, GPT)
+    activation: str = "relu"  # FFN nonlinearity: "relu" (paper), "gelu" (BERT), "gelu_tanh" (GPT-2)
     eps: float = 1e-5  # layer norm epsilon (PyTorch's default)
     sdpa: bool = False  # attention through F.scaled_dot_product_attention when no weights are asked
 
@@ -178,6 +185,8 @@ class EncoderBlock(nn.Module):
 
     forward: x (B, T, E), key_mask (B, T) bool (True on real tokens) or None
     -> (x (B, T, E), attention weights (B, nh, T, T) if need_weights else None).
+    `causal=True` lets position t attend to positions <= t only: the same block is then a
+    GPT block (decoder-only models have no cross-attention).
     """
 
     def __init__(self, cfg: EncoderConfig) -> None:
@@ -189,18 +198,18 @@ class EncoderBlock(nn.Module):
         self.norm1, self.norm2 = LayerNorm(cfg.d_model, cfg.eps), LayerNorm(cfg.d_model, cfg.eps)
         self.drop1, self.drop2 = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)
 
-    def _sa(self, x: Tensor, key_mask: Tensor | None, need_weights: bool):
-        out, w = self.attn(x, key_mask=key_mask, need_weights=need_weights)  # (B, T, E)
+    def _sa(self, x: Tensor, key_mask: Tensor | None, need_weights: bool, causal: bool):
+        out, w = self.attn(x, key_mask=key_mask, causal=causal, need_weights=need_weights)  # (B, T, E)
         return self.drop1(out), w
 
-    def forward(self, x: Tensor, key_mask: Tensor | None = None, need_weights: bool = False
-                ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, key_mask: Tensor | None = None, need_weights: bool = False,
+                causal: bool = False) -> tuple[Tensor, Tensor | None]:
         if self.norm_first:  # pre-LN: the residual path x -> x + ... is never normalized
-            a, w = self._sa(self.norm1(x), key_mask, need_weights)
+            a, w = self._sa(self.norm1(x), key_mask, need_weights, causal)
             x = x + a  # (B, T, E)
             x = x + self.drop2(self.ffn(self.norm2(x)))  # (B, T, E)
         else:  # post-LN: normalize after each residual sum, as in the paper
-            a, w = self._sa(x, key_mask, need_weights)
+            a, w = self._sa(x, key_mask, need_weights, causal)
             x = self.norm1(x + a)  # (B, T, E)
             x = self.norm2(x + self.drop2(self.ffn(x)))  # (B, T, E)
         return x, w
@@ -233,11 +242,11 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = LayerNorm(cfg.d_model, cfg.eps) if cfg.norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, key_mask: Tensor | None = None, need_weights: bool = False
-                ) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, x: Tensor, key_mask: Tensor | None = None, need_weights: bool = False,
+                causal: bool = False) -> tuple[Tensor, list[Tensor]]:
         maps = []
         for block in self.blocks:
-            x, w = block(x, key_mask, need_weights)  # (B, T, E)
+            x, w = block(x, key_mask, need_weights, causal)  # (B, T, E)
             if need_weights:
                 maps.append(w)
         return self.norm(x), maps  # (B, T, E)

@@ -1,0 +1,78 @@
+"""The learning-rate schedules against their closed forms, at every step and across a resume."""
+
+import math
+
+import pytest
+import torch
+
+from utils.schedules import InverseSqrt, WarmupCosine, inverse_sqrt_factor, warmup_cosine_factor
+
+
+def make_opt(lr=1.0):
+    return torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=lr)
+
+
+def lrs(opt, sched, n):
+    out = []
+    for _ in range(n):
+        out.append(opt.param_groups[0]["lr"])  # the rate this optimizer step uses
+        opt.step()
+        sched.step()
+    return out
+
+
+def test_closed_forms_at_landmarks():
+    assert warmup_cosine_factor(0, 10, 0.0) == pytest.approx(0.1)
+    assert warmup_cosine_factor(9, 10, 0.0) == pytest.approx(1.0)
+    assert warmup_cosine_factor(50, 10, 0.5) == pytest.approx(0.5)
+    assert warmup_cosine_factor(99, 10, 1.0) == pytest.approx(0.0)
+    assert warmup_cosine_factor(99, 10, 1.0, min_lr_ratio=0.1) == pytest.approx(0.1)
+    assert warmup_cosine_factor(5, 0, 0.0) == 1.0  # no warm-up
+    assert inverse_sqrt_factor(3, 4) == pytest.approx(1.0)  # peak at step w - 1
+    assert inverse_sqrt_factor(15, 4) == pytest.approx(0.5)  # 1/sqrt(16/4)
+
+
+def test_warmup_cosine_matches_formula_every_step():
+    w, S, m, base = 5, 40, 0.1, 3e-3
+    opt = make_opt(base)
+    got = lrs(opt, WarmupCosine(opt, w, S, min_lr_ratio=m), 50)
+    for s, lr in enumerate(got):
+        warm = min(1.0, (s + 1) / w)
+        p = min(max((s - w) / (S - w), 0.0), 1.0)
+        assert lr == pytest.approx(base * warm * (m + (1 - m) * 0.5 * (1 + math.cos(math.pi * p))))
+    assert got[-1] == pytest.approx(m * base)  # flat after the budget
+
+
+def test_inverse_sqrt_matches_the_paper():
+    d_model, w = 512, 4000
+    peak = d_model ** -0.5 * w ** -0.5
+    opt = make_opt(peak)
+    sched = InverseSqrt(opt, w)
+    for s in range(0, 12_000, 997):
+        sched.last_epoch = s
+        n = s + 1  # the paper counts steps from 1
+        paper = d_model ** -0.5 * min(n ** -0.5, n * w ** -1.5)
+        assert sched.get_lr()[0] == pytest.approx(paper)
+
+
+def test_resume_from_state_dict_continues_the_same_curve():
+    opt = make_opt()
+    full = lrs(opt, WarmupCosine(opt, 4, 30), 30)
+    opt = make_opt()
+    sched = WarmupCosine(opt, 4, 30)
+    first = lrs(opt, sched, 12)
+    state, opt_state = sched.state_dict(), opt.state_dict()
+    opt2 = make_opt()  # resume as PyTorch expects: build both, then load both states
+    sched2 = WarmupCosine(opt2, 4, 30)
+    opt2.load_state_dict(opt_state)
+    sched2.load_state_dict(state)
+    assert first + lrs(opt2, sched2, 18) == pytest.approx(full)
+
+
+def test_bad_arguments_are_explained():
+    with pytest.raises(ValueError, match="warmup_steps < total_steps"):
+        WarmupCosine(make_opt(), 10, 10)
+    with pytest.raises(ValueError, match="warmup_steps >= 1"):
+        InverseSqrt(make_opt(), 0)
+    with pytest.raises(TypeError, match="Optimizer"):
+        WarmupCosine([torch.zeros(1)], 1, 2)

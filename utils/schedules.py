@@ -1,0 +1,85 @@
+"""Learning-rate schedules for Transformers: linear warm-up + cosine decay, and inverse square root.
+
+Both are multipliers of the optimizer's base learning rate, written twice on purpose: once as a
+closed form of the step (`warmup_cosine_factor`, `inverse_sqrt_factor`), which plots and tests
+use, and once as a `torch.optim.lr_scheduler.LRScheduler` (the public API since torch 2.0), which
+training loops step once per optimizer step and which saves and resumes with `state_dict()`.
+
+    warm-up + cosine (GPT-2, BERT, ViT):  f(s) = min(1, (s+1)/w) * [m + (1-m) (1 + cos(pi p)) / 2]
+                                          p = (s - w) / (S - w) clipped to [0, 1], m = min_lr_ratio
+    inverse square root (Vaswani et al.): f(s) = min((s+1)/w, sqrt(w/(s+1)))   ("Noam"), 1 at s+1 = w
+
+The paper writes Noam as d_model^-0.5 * min(s^-0.5, s w^-1.5); that is f(s) above times the peak
+learning rate d_model^-0.5 w^-0.5, so here the peak is simply the optimizer's `lr`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+
+def warmup_cosine_factor(step: int, warmup_steps: int, progress: float,
+                         min_lr_ratio: float = 0.0) -> float:
+    """Multiplier at optimizer step `step` (0-based): linear warm-up over `warmup_steps`, times a
+    cosine from 1 down to `min_lr_ratio` as `progress` goes from 0 to 1.
+
+    `progress` is the share of the decay phase spent: steps (see `WarmupCosine`) or wall-clock
+    time (notebook 08's `fit_for_time`, which gives models of different speed the same budget).
+    """
+    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    p = min(max(progress, 0.0), 1.0)
+    return warm * (min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
+
+
+def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
+    """Multiplier at step `step` (0-based): rises linearly to 1 at step w - 1, then falls as 1/sqrt."""
+    s = step + 1
+    return min(s / warmup_steps, math.sqrt(warmup_steps / s))
+
+
+def _check(optimizer: Optimizer, warmup_steps: int, total_steps: int | None = None) -> None:
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if warmup_steps < 0 or (total_steps is not None and total_steps <= warmup_steps):
+        raise ValueError(f"need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}, "
+                         f"total_steps={total_steps}")
+
+
+class WarmupCosine(LRScheduler):
+    """lr = base_lr * warmup_cosine_factor(s, w, (s - w) / (S - w)) at optimizer step s.
+
+    Call `scheduler.step()` after every `optimizer.step()`. After `total_steps` the rate stays at
+    `min_lr_ratio * base_lr`.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int,
+                 min_lr_ratio: float = 0.0, last_epoch: int = -1) -> None:
+        _check(optimizer, warmup_steps, total_steps)
+        self.warmup_steps, self.total_steps, self.min_lr_ratio = warmup_steps, total_steps, min_lr_ratio
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, step: int) -> float:
+        progress = (step - self.warmup_steps) / (self.total_steps - self.warmup_steps)
+        return warmup_cosine_factor(step, self.warmup_steps, progress, self.min_lr_ratio)
+
+    def get_lr(self) -> list[float]:
+        f = self.factor(self.last_epoch)  # last_epoch counts scheduler steps: 0 before the first update
+        return [base * f for base in self.base_lrs]
+
+
+class InverseSqrt(LRScheduler):
+    """lr = base_lr * inverse_sqrt_factor(s, w): the original Transformer's schedule, peak = base_lr."""
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, last_epoch: int = -1) -> None:
+        _check(optimizer, warmup_steps)
+        if warmup_steps == 0:
+            raise ValueError("InverseSqrt needs warmup_steps >= 1 (its rate at step 0 would be infinite)")
+        self.warmup_steps = warmup_steps
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        f = inverse_sqrt_factor(self.last_epoch, self.warmup_steps)
+        return [base * f for base in self.base_lrs]
