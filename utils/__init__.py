@@ -14,10 +14,13 @@ Modules (each notebook imports what it needs):
 - `utils.gated`: LSTM and GRU from scratch, the open-gate initialization (05)
 - `utils.classifiers`: the IMDB text classifiers, one calling convention, incl. the Transformer classifier (06, 08)
 - `utils.encoders`: the pretrained MiniLM sentence encoder, loaded offline (06)
-- `utils.attention`: score functions, masked softmax, attention pooling, multi-head attention (07, 08)
-- `utils.seq2seq`: the Multi30k translation pipeline and recurrent encoder-decoders (07)
+- `utils.attention`: score functions, masked softmax, attention pooling, multi-head attention with a key/value cache (07, 08, 09)
+- `utils.seq2seq`: the Multi30k translation pipeline, recurrent encoder-decoders, training and BLEU evaluation (07, 09)
 - `utils.decoding`: greedy decoding, beam search and sampling, written once (07)
-- `utils.transformer`: positional encodings, layer norm, feed-forward, encoder blocks and stack (08; 09-12 build on it)
+- `utils.transformer`: positional encodings, layer norm, feed-forward, encoder and decoder blocks, the encoder-decoder Transformer (08, 09; 10-12 build on it)
+- `utils.schedules`: warm-up + cosine and inverse-square-root learning-rate schedules (08-12)
+- `utils.gpt`: the decoder-only language model, equal to GPT-2 with copied weights, and its training helpers (10)
+- `utils.bert`: the BERT-style encoder that runs the real MiniLM weights, MLM masking (10)
 - `utils.show`: render a `utils` definition's source in a notebook
 - `utils.results`: headline numbers of full runs and the README results table
 - `utils.course`: repository URL, Colab badge/setup cell, executing notebooks

@@ -280,18 +280,36 @@ class MultiHeadAttention(nn.Module):
         return out, (weights if need_weights else None)
 
     def forward(self, x_q: Tensor, x_kv: Tensor | None = None, key_mask: Tensor | None = None,
-                causal: bool = False, need_weights: bool = False
-                ) -> tuple[Tensor, Tensor | None]:
-        """x_q (B, T, E), x_kv (B, S, E) (default: x_q) -> (out (B, T, E), weights (B, nh, T, S) or None)."""
-        x_kv = x_q if x_kv is None else x_kv
-        if x_q.dim() != 3 or x_q.shape[-1] != self.d_model or x_kv.shape[-1] != self.d_model:
-            raise ValueError(f"expected inputs (B, T, {self.d_model}), got {tuple(x_q.shape)} "
-                             f"and {tuple(x_kv.shape)}")
+                causal: bool = False, need_weights: bool = False, cache: dict | None = None,
+                static_kv: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x_q (B, T, E), x_kv (B, S, E) (default: x_q) -> (out (B, T, E), weights (B, nh, T, S) or None).
+
+        `cache` (notebook 09) is a dict that this call reads and updates in place:
+        - self-attention while decoding (static_kv=False): the keys and values of the tokens
+          seen so far, cache["k"], cache["v"] (B, nh, S_past, hs); the new ones are appended, so
+          x_q holds only the new token(s) and the step costs O(S) instead of recomputing O(S^2).
+          With `causal=True` the new queries sit at positions S_past, S_past + 1, ...
+        - cross-attention (static_kv=True): the projected encoder memory, computed on the first
+          call and reused at every later step (x_kv is then not needed).
+        """
+        if x_q.dim() != 3 or x_q.shape[-1] != self.d_model:
+            raise ValueError(f"expected inputs (B, T, {self.d_model}), got queries {tuple(x_q.shape)}")
         T = x_q.shape[1]
         q = self.split_heads(self.W_q(x_q))  # (B, nh, T, hs)
-        k = self.split_heads(self.W_k(x_kv))  # (B, nh, S, hs)
-        v = self.split_heads(self.W_v(x_kv))  # (B, nh, S, hs)
-        # notebook 09's key/value cache goes here: concatenate the cached k, v along S
+        if cache is not None and static_kv and "k" in cache:
+            k, v = cache["k"], cache["v"]  # (B, nh, S, hs): the memory, projected once
+        else:
+            x_kv = x_q if x_kv is None else x_kv
+            if x_kv.dim() != 3 or x_kv.shape[-1] != self.d_model:
+                raise ValueError(f"expected inputs (B, S, {self.d_model}), got keys/values "
+                                 f"{tuple(x_kv.shape)}")
+            k = self.split_heads(self.W_k(x_kv))  # (B, nh, S, hs)
+            v = self.split_heads(self.W_v(x_kv))  # (B, nh, S, hs)
+            if cache is not None:
+                if not static_kv and "k" in cache:  # the key/value cache: append along S
+                    k = torch.cat([cache["k"], k], dim=2)  # (B, nh, S_past + T, hs)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
         keep = self.score_mask(T, k.shape[2], key_mask, causal, x_q.device)
         out, weights = self.attend(q, k, v, keep, need_weights)  # (B, nh, T, hs)
         return self.W_o(self.merge_heads(out)), weights  # (B, T, E)

@@ -479,6 +479,68 @@ def train_translator(model: nn.Module, data: TranslationData, epochs: int,
     return history
 
 
+def train_for_time(model: nn.Module, data: TranslationData, seconds: float, lr: float,
+                   warmup_steps: int, batch_size: int = 128, label_smoothing: float = 0.1,
+                   weight_decay: float = 0.0, betas: tuple = (0.9, 0.98), clip: float | None = 1.0,
+                   autocast: bool = False, eval_every_s: float | None = None,
+                   val_pairs: int | None = None, seed: int = 0) -> dict:
+    """Adam(W) with linear warm-up + cosine decay that follows the clock, for `seconds` of training.
+
+    The schedule is `utils.schedules.warmup_cosine_factor` with progress = share of the time
+    budget spent (as notebook 08's `fit_for_time`), so two models of different speed get the
+    same wall-clock budget. The loss is label-smoothed cross-entropy over the real target tokens
+    (float32, `label_smoothing` = 0.1 in the paper). Every `eval_every_s` seconds of training
+    (clock paused meanwhile) and at the end, greedy BLEU on the first `val_pairs` validation
+    sentences is recorded. Returns {"loss", "lr" (per step), "val_time_s", "val_bleu", "steps",
+    "epochs", "train_s"}.
+    """
+    import torch.nn.functional as F
+
+    from utils.schedules import warmup_cosine_factor
+
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    loader = make_loader(data.ids["train"], batch_size, seed=seed)
+    val = data.ids["val"][:val_pairs]
+    refs = [t for _, t in data.raw["val"][:val_pairs]]
+    log = {"loss": [], "lr": [], "val_time_s": [], "val_bleu": []}
+    step, trained, next_eval = 0, 0.0, eval_every_s or float("inf")
+
+    def validate():
+        hyps = translate(model, val, data.tgt_tok, autocast=autocast)
+        log["val_time_s"].append(trained)
+        log["val_bleu"].append(bleu_scores(hyps, refs)["bleu"].score)
+
+    while trained < seconds:
+        for batch in loader:
+            model.train()
+            tick = time.perf_counter()
+            rate = lr * warmup_cosine_factor(step, warmup_steps, trained / seconds)
+            for group in opt.param_groups:
+                group["lr"] = rate
+            batch = batch.to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                logits = model(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(),
+                                   ignore_index=PAD_ID, label_smoothing=label_smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            trained += time.perf_counter() - tick
+            log["loss"].append(loss.item())
+            log["lr"].append(rate)
+            step += 1
+            if trained >= next_eval:
+                validate()
+                next_eval += eval_every_s
+            if trained >= seconds:
+                break
+    validate()
+    return {**log, "steps": step, "epochs": step / len(loader), "train_s": trained}
+
+
 # ---------------------------------------------------------------------------- evaluation
 @torch.no_grad()
 def translate(model: nn.Module, pairs, tgt_tok: BPETokenizer, beam_size: int = 1,

@@ -18,6 +18,7 @@ Shapes: B batch, T tokens, E = d_model, nh heads, F = d_ff (the feed-forward wid
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -264,3 +265,290 @@ def block_param_count(d_model: int, n_heads: int, d_ff: int, head_size: int | No
     ffn = 2 * d_model * d_ff + d_ff + d_model
     return attn + ffn + 4 * d_model  # + gamma, beta of two layer norms
 
+
+
+# ---------------------------------------------------------------------------- decoder (notebook 09)
+@dataclass(frozen=True)
+class DecoderConfig(EncoderConfig):
+    """Sizes of a decoder stack: the same fields as `EncoderConfig` (n_layers = decoder blocks)."""
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, feed-forward.
+
+    Post-LN (the paper):  x = LN1(x + SelfAttn(x, causal))
+                          x = LN2(x + CrossAttn(queries x, keys and values = memory))
+                          x = LN3(x + FFN(x))
+    Pre-LN:               x = x + SelfAttn(LN1(x)); x = x + CrossAttn(LN2(x), memory); x = x + FFN(LN3(x))
+    forward: x (B, T, E) target positions, memory (B, S, E) encoder output, memory_mask (B, S)
+    bool (True on real source tokens), tgt_mask (B, T) or None -> (x (B, T, E), (self weights
+    (B, nh, T, T), cross weights (B, nh, T, S)) or (None, None)). `cache` = {"self": {}, "cross":
+    {}} turns on incremental decoding: x then holds only the new target position(s).
+    """
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        p_attn = cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, p_attn, sdpa=cfg.sdpa)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, p_attn, sdpa=cfg.sdpa)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm1, self.norm2, self.norm3 = (LayerNorm(cfg.d_model, cfg.eps) for _ in range(3))
+        self.drop1, self.drop2, self.drop3 = (nn.Dropout(cfg.dropout) for _ in range(3))
+
+    def _sa(self, x, tgt_mask, need_weights, cache):
+        out, w = self.self_attn(x, key_mask=tgt_mask, causal=True, need_weights=need_weights,
+                                cache=None if cache is None else cache["self"])  # (B, T, E)
+        return self.drop1(out), w
+
+    def _ca(self, x, memory, memory_mask, need_weights, cache):
+        out, w = self.cross_attn(x, memory, key_mask=memory_mask, need_weights=need_weights,
+                                 cache=None if cache is None else cache["cross"], static_kv=True)
+        return self.drop2(out), w  # (B, T, E), (B, nh, T, S)
+
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None, need_weights: bool = False,
+                cache: dict | None = None) -> tuple[Tensor, tuple]:
+        if self.norm_first:
+            a, w_self = self._sa(self.norm1(x), tgt_mask, need_weights, cache)
+            x = x + a  # (B, T, E)
+            c, w_cross = self._ca(self.norm2(x), memory, memory_mask, need_weights, cache)
+            x = x + c
+            x = x + self.drop3(self.ffn(self.norm3(x)))
+        else:
+            a, w_self = self._sa(x, tgt_mask, need_weights, cache)
+            x = self.norm1(x + a)  # (B, T, E)
+            c, w_cross = self._ca(x, memory, memory_mask, need_weights, cache)
+            x = self.norm2(x + c)
+            x = self.norm3(x + self.drop3(self.ffn(x)))
+        return x, (w_self, w_cross)
+
+    @torch.no_grad()
+    def load_from_torch(self, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
+        """Copy `nn.TransformerDecoderLayer` (same sizes and norm_first); its cross-attention
+        is called `multihead_attn`."""
+        if layer.norm_first != self.norm_first:
+            raise ValueError(f"norm_first differs: torch layer {layer.norm_first}, ours {self.norm_first}")
+        self.self_attn.load_from_torch(layer.self_attn)
+        self.cross_attn.load_from_torch(layer.multihead_attn)
+        for ours, theirs in ((self.ffn.W_1, layer.linear1), (self.ffn.W_2, layer.linear2)):
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
+        for ours, theirs in ((self.norm1, layer.norm1), (self.norm2, layer.norm2),
+                             (self.norm3, layer.norm3)):
+            ours.load_from_torch(theirs)
+        return self
+
+
+class Decoder(nn.Module):
+    """A stack of decoder blocks (plus a final layer norm for pre-LN), like `Encoder`.
+
+    forward: x (B, T, E) embedded targets, memory (B, S, E) -> (x (B, T, E), {"self": [...],
+    "cross": [...]} per-block weights, empty lists unless need_weights). `caches`: one
+    {"self": {}, "cross": {}} dict per block for incremental decoding, updated in place.
+    """
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm = LayerNorm(cfg.d_model, cfg.eps) if cfg.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None, need_weights: bool = False,
+                caches: list | None = None) -> tuple[Tensor, dict]:
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"need one cache per block ({len(self.blocks)}), got {len(caches)}")
+        maps = {"self": [], "cross": []}
+        for i, block in enumerate(self.blocks):
+            x, (w_self, w_cross) = block(x, memory, memory_mask, tgt_mask, need_weights,
+                                         None if caches is None else caches[i])  # (B, T, E)
+            if need_weights:
+                maps["self"].append(w_self)
+                maps["cross"].append(w_cross)
+        return self.norm(x), maps  # (B, T, E)
+
+
+# ---------------------------------------------------------------------------- encoder-decoder
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The encoder-decoder Transformer for translation; defaults are the paper's base model."""
+
+    src_vocab: int = 37_000  # source vocabulary (the paper: 37k shared BPE for en-de)
+    tgt_vocab: int = 37_000  # target vocabulary
+    d_model: int = 512  # E
+    n_heads: int = 8  # nh
+    d_ff: int = 2048  # F
+    n_enc_layers: int = 6  # N encoder blocks
+    n_dec_layers: int = 6  # N decoder blocks
+    dropout: float = 0.1  # on embeddings + positions, FFN hidden layer, every sublayer output
+    attn_dropout: float | None = None  # on attention weights; None: the same as `dropout`
+    norm_first: bool = False  # False: post-LN (the paper); True: pre-LN
+    activation: str = "relu"
+    eps: float = 1e-5
+    share_embeddings: bool = True  # one table for source and target tokens (needs one vocabulary)
+    tie_output: bool = True  # the output layer reuses the target embedding table
+    max_len: int = 256  # longest sequence the sinusoidal table covers
+    sdpa: bool = True  # fused attention whenever no weights are asked
+
+    def __post_init__(self) -> None:
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError(f"share_embeddings needs one vocabulary, got src_vocab={self.src_vocab} "
+                             f"and tgt_vocab={self.tgt_vocab}: train a shared tokenizer "
+                             "(load_translation_data(shared=True)) or set share_embeddings=False")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+
+    def block_config(self, n_layers: int) -> EncoderConfig:
+        return DecoderConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
+                             n_layers=n_layers, dropout=self.dropout,
+                             attn_dropout=self.attn_dropout, norm_first=self.norm_first,
+                             activation=self.activation, eps=self.eps, sdpa=self.sdpa)
+
+
+class _Embed(nn.Module):
+    """Token embedding times sqrt(E) (the paper's scaling), plus sinusoidal positions, dropout."""
+
+    def __init__(self, table: nn.Embedding, positions: nn.Module, dropout: float) -> None:
+        super().__init__()
+        self.table, self.positions, self.drop = table, positions, nn.Dropout(dropout)
+        self.scale = table.embedding_dim ** 0.5
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        return self.drop(self.positions(self.table(ids) * self.scale, start))  # (B, T, E)
+
+
+class _TranslatorInterface(nn.Module):
+    """What `utils.seq2seq` (training, `translate`, BLEU) and `utils.decoding` need from a
+    translation model: forward (teacher forcing), start (encode) and step (one more token)."""
+
+    def build(self, cfg: TransformerConfig, make_stacks) -> None:
+        """Embeddings (shared if asked), positions, the stacks `make_stacks(cfg)` adds, the
+        output layer; Xavier for every matrix as `nn.Transformer` does, then the optional tie."""
+        self.cfg, E = cfg, cfg.d_model
+        src_table = nn.Embedding(cfg.src_vocab, E)
+        tgt_table = src_table if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, E)
+        positions = SinusoidalPositions(E, cfg.max_len)
+        self.src_embed = _Embed(src_table, positions, cfg.dropout)
+        self.tgt_embed = _Embed(tgt_table, positions, cfg.dropout)
+        make_stacks(cfg)
+        self.out = nn.Linear(E, cfg.tgt_vocab, bias=False)  # (E -> V)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        if cfg.tie_output:
+            self.out.weight = tgt_table.weight  # one (V, E) matrix embeds and un-embeds
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor,
+                teacher_forcing: float = 1.0) -> Tensor:
+        """Teacher-forced logits (B, T, V) for all target positions at once (one parallel pass)."""
+        if teacher_forcing != 1.0:
+            raise ValueError("a Transformer decoder reads the whole shifted target in one pass: "
+                             "train it with teacher_forcing=1.0")
+        memory = self.encode(src, src_mask)[0]  # (B, S, E)
+        return self.decode(tgt_in, memory, src_mask)[0]  # (B, T, V)
+
+    def start(self, src: Tensor, src_mask: Tensor, cache: bool = True) -> dict:
+        """Encode once: the decoding state {"memory", "src_mask"[, "caches"]}, batch first."""
+        if src.shape != src_mask.shape or src_mask.dtype != torch.bool:
+            raise ValueError(f"expected src (B, S) and a bool src_mask of the same shape, got "
+                             f"{tuple(src.shape)} and {tuple(src_mask.shape)} {src_mask.dtype}")
+        state = {"memory": self.encode(src, src_mask)[0], "src_mask": src_mask}
+        if cache:
+            state["caches"] = [{"self": {}, "cross": {}} for _ in range(self.cfg.n_dec_layers)]
+        return state
+
+    def step(self, prefix: Tensor, state: dict) -> tuple[Tensor, dict]:
+        """`utils.decoding`'s interface: prefix (B, t) -> log-probs (B, V) of token t + 1.
+
+        Without a cache the decoder reruns the whole prefix (O(t^2) attention per step); with
+        one it runs the new token(s) only, against the cached keys and values.
+        """
+        caches = state.get("caches")
+        if caches is None:
+            logits = self.decode(prefix, state["memory"], state["src_mask"])[0]  # (B, t, V)
+            return torch.log_softmax(logits[:, -1].float(), dim=-1), state
+        past = caches[0]["self"]["k"].shape[2] if "k" in caches[0]["self"] else 0
+        new = [{"self": dict(c["self"]), "cross": dict(c["cross"])} for c in caches]  # no aliasing
+        logits = self.decode(prefix[:, past:], state["memory"], state["src_mask"], start=past,
+                             caches=new)[0]  # (B, t - past, V)
+        return torch.log_softmax(logits[:, -1].float(), dim=-1), {**state, "caches": new}
+
+
+class Transformer(_TranslatorInterface):
+    """The encoder-decoder Transformer (Vaswani et al. 2017) for translation, from our blocks.
+
+    encode: src (B, S) -> memory (B, S, E); decode: tgt_in (B, T) = <sos> y_1 .. y_{T-1},
+    memory -> logits (B, T, V) for y_1 .. y_T. Training feeds the whole shifted target at
+    once (teacher forcing, one pass); inference calls `step` one token at a time.
+    With `share_embeddings` source, target and (with `tie_output`) output layer use one table.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.build(cfg, self.make_stacks)
+
+    def make_stacks(self, cfg: TransformerConfig) -> None:
+        self.encoder = Encoder(cfg.block_config(cfg.n_enc_layers))
+        self.decoder = Decoder(cfg.block_config(cfg.n_dec_layers))
+
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
+        """src (B, S), src_mask (B, S) -> (memory (B, S, E), per-block self-attention maps)."""
+        return self.encoder(self.src_embed(src), src_mask, need_weights)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, start: int = 0,
+               caches: list | None = None, need_weights: bool = False):
+        """tgt_in (B, T) at positions start.. -> (logits (B, T, V), {"self", "cross"} maps)."""
+        x, maps = self.decoder(self.tgt_embed(tgt_in, start), memory, src_mask,
+                               need_weights=need_weights, caches=caches)  # (B, T, E)
+        return self.out(x), maps  # (B, T, V)
+
+
+class TorchTransformer(_TranslatorInterface):
+    """The same model around PyTorch's `nn.Transformer`: the reference of notebook 09.
+
+    Same embeddings, positions and output layer as `Transformer`; the encoder and decoder
+    stacks are `nn.Transformer`'s (which always ends each stack with a layer norm). It has no
+    key/value cache: `step` reruns the whole prefix.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.build(cfg, self.make_stacks)
+
+    def make_stacks(self, cfg: TransformerConfig) -> None:
+        with warnings.catch_warnings():  # pre-LN stacks cannot use nested tensors: expected
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+            self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers,
+                                       cfg.d_ff, cfg.dropout,
+                                       activation=cfg.activation if cfg.activation != "gelu_tanh" else "gelu",
+                                       layer_norm_eps=cfg.eps, batch_first=True, norm_first=cfg.norm_first)
+
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
+        # PyTorch's inference fast path does not follow CPU autocast: switch it off meanwhile
+        fast = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(fast and not torch.is_autocast_enabled(src.device.type))
+        try:
+            return self.core.encoder(self.src_embed(src), src_key_padding_mask=~src_mask), []
+        finally:
+            torch.backends.mha.set_fastpath_enabled(fast)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, start: int = 0,
+               caches: list | None = None, need_weights: bool = False):
+        if start != 0 or caches is not None:
+            raise ValueError("TorchTransformer has no key/value cache: start(..., cache=False)")
+        T = tgt_in.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True: hidden
+        x = self.core.decoder(self.tgt_embed(tgt_in), memory, tgt_mask=causal, tgt_is_causal=True,
+                              memory_key_padding_mask=~src_mask)  # (B, T, E)
+        return self.out(x), {}
+
+    def start(self, src: Tensor, src_mask: Tensor, cache: bool = False) -> dict:
+        return super().start(src, src_mask, cache=False)
+
+
+def transformer_param_count(cfg: TransformerConfig) -> int:
+    """Parameters of `Transformer(cfg)`, counted on the meta device (nothing is allocated)."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    return sum(p.numel() for p in model.parameters())  # a tied table is counted once

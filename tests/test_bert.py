@@ -1,0 +1,91 @@
+"""Tests of utils.bert: BertModel equivalence with copied weights, the MLM recipe, meta device."""
+
+import pytest
+import torch
+
+from utils.bert import (
+    BertConfig,
+    BertEncoder,
+    BertMLM,
+    hf_name_map,
+    load_state_dict_hf,
+    mask_tokens,
+)
+
+SMALL = BertConfig(vocab_size=40, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0)
+
+
+def small_hf_bert(seed=0):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=32,
+                                  max_position_embeddings=16, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    hf = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    with torch.no_grad():  # non-trivial norms and biases, so a missed copy shows
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return hf
+
+
+def test_config_from_hf_and_name_map_cover_every_parameter():
+    hf = small_hf_bert()
+    cfg = BertConfig.from_hf(hf.config)
+    assert (cfg.d_model, cfg.n_layers, cfg.d_ff, cfg.eps) == (16, 2, 32, hf.config.layer_norm_eps)
+    ours = dict(BertEncoder(cfg).named_parameters())
+    assert set(hf_name_map(2)) == set(ours)
+    assert set(hf_name_map(2).values()) == set(dict(hf.named_parameters()))
+
+
+def test_matches_hugging_face_bert_model_with_copied_weights_and_padding():
+    hf = small_hf_bert()
+    ours = load_state_dict_hf(BertEncoder(BertConfig.from_hf(hf.config)), hf.state_dict()).eval()
+    ids = torch.randint(0, 40, (3, 9))
+    mask = torch.arange(9)[None] < torch.tensor([[9], [5], [2]])  # (B, T) True on real tokens
+    segments = (torch.arange(9)[None] >= 4).long().expand(3, 9)  # sentence B from position 4
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask.long(), token_type_ids=segments).last_hidden_state
+        mine, _ = ours(ids, mask, segments)
+    diff = (mine[mask] - theirs[mask]).abs().max().item()
+    print(f"BertEncoder vs BertModel: max |diff| = {diff:.1e} over real tokens")
+    assert diff < 1e-5
+    with pytest.raises(ValueError, match="BertModel"):
+        load_state_dict_hf(BertEncoder(SMALL), {"nothing": torch.zeros(1)})
+
+
+def test_mask_tokens_follows_the_80_10_10_recipe():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (64, 256), generator=g)
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, 0] = True  # a [CLS] column is never chosen
+    inputs, labels = mask_tokens(ids, mask_id=4, vocab_size=1000, p=0.15, special=special, generator=g)
+    chosen = labels != -100
+    assert not chosen[:, 0].any() and torch.equal(labels[chosen], ids[chosen])
+    rate = chosen[:, 1:].float().mean().item()
+    masked = (inputs[chosen] == 4).float().mean().item()
+    kept = (inputs[chosen] == ids[chosen]).float().mean().item()
+    random = 1 - masked - kept
+    print(f"chosen {rate:.3f}, [MASK] {masked:.3f}, random {random:.3f}, kept {kept:.3f}")
+    assert abs(rate - 0.15) < 0.01 and abs(masked - 0.8) < 0.02
+    assert abs(random - 0.1) < 0.015 and abs(kept - 0.1) < 0.015  # random hits itself 0.1% of the time
+    assert torch.equal(inputs[~chosen], ids[~chosen])  # unchosen positions are untouched
+
+
+def test_mlm_model_shapes_and_tied_head():
+    model = BertMLM(SMALL).eval()
+    ids = torch.randint(0, 40, (2, 7))
+    assert model(ids).shape == (2, 7, 40)
+    assert model.head.tok.weight is model.bert.embed.tok.weight
+    _, maps = model.bert(ids, need_weights=True)
+    assert len(maps) == 2 and maps[0].shape == (2, 2, 7, 7)
+
+
+def test_meta_device_forward():
+    meta = torch.device("meta")
+    model = BertMLM(SMALL).to(meta)
+    ids = torch.zeros(2, 5, dtype=torch.long, device=meta)
+    keep = torch.ones(2, 5, dtype=torch.bool, device=meta)
+    assert model(ids, keep).shape == (2, 5, 40)
+    inputs, labels = mask_tokens(ids, 3, 40)
+    assert inputs.device.type == labels.device.type == "meta"

@@ -1,0 +1,126 @@
+"""Tests of utils.gpt: causal masking, GPT-2 equivalence, decoding with it, training helpers."""
+
+import pytest
+import torch
+
+from utils.decoding import greedy_decode, sample
+from utils.gpt import (
+    GPT,
+    GPTConfig,
+    decoding_step,
+    evaluate_lm,
+    load_from_hf,
+    param_count,
+    random_windows,
+    train_lm,
+)
+
+TINY = GPTConfig(vocab_size=11, block_size=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+
+
+def tiny(seed=0, **kw):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**{**TINY.__dict__, **kw})).eval()
+
+
+def test_shapes_loss_and_initial_loss_near_log_v():
+    model = tiny()
+    x = torch.randint(0, 11, (3, 7))
+    logits, loss = model(x, x)
+    assert logits.shape == (3, 7, 11) and loss.shape == ()
+    assert abs(loss.item() - torch.log(torch.tensor(11.0)).item()) < 0.3  # small init: ~uniform
+    _, _, maps = model(x, x, need_weights=True)
+    assert len(maps) == 2 and maps[0].shape == (3, 2, 7, 7)
+    assert torch.all(maps[0].triu(1) == 0)  # no weight on the future
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_changing_a_later_token_never_changes_earlier_logits(norm_first):
+    model = tiny(norm_first=norm_first)
+    x = torch.randint(0, 11, (2, 10))
+    y = x.clone()
+    y[:, 6] = (y[:, 6] + 1) % 11  # change token 6 only
+    a, b = model(x), model(y)
+    assert torch.equal(a[:, :6], b[:, :6])  # positions 0..5 are bit-for-bit the same
+    assert (a[:, 6:] - b[:, 6:]).abs().max() > 1e-4  # and the change does reach t >= 6
+
+
+def test_weight_tying_is_an_option():
+    tied = tiny()
+    assert tied.head.weight is tied.tok.weight
+    untied = tiny(tie_weights=False)
+    assert untied.head.weight is not untied.tok.weight
+    assert param_count(untied) == param_count(tiny()) + 11 * 16
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_matches_hugging_face_gpt2_with_copied_weights(tie):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=11, n_positions=16, n_embd=16, n_layer=2, n_head=2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  bos_token_id=0, eos_token_id=0, tie_word_embeddings=tie)
+    torch.manual_seed(1)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # non-trivial biases and norms, so a missed copy shows
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    for sdpa in (False, True):
+        ours = load_from_hf(tiny(sdpa=sdpa, tie_weights=tie), hf)
+        x = torch.randint(0, 11, (2, 9))
+        with torch.no_grad():
+            diff = (ours(x) - hf(x).logits).abs().max().item()
+        print(f"GPT vs GPT2LMHeadModel (sdpa={sdpa}, tied={tie}): max |diff| = {diff:.1e}")
+        assert diff < 1e-5
+
+
+def test_sampling_cold_equals_greedy_and_top_k_stays_in_the_k_best():
+    model = tiny()
+    step = decoding_step(model)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with torch.no_grad():
+        greedy = greedy_decode(step, prompt, None, max_len=20)  # longer than block_size: crops
+        cold = sample(step, prompt, None, max_len=20, temperature=1e-4,
+                      generator=torch.Generator().manual_seed(0))
+        assert torch.equal(greedy, cold)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(20):
+            out = sample(step, prompt, None, max_len=1, top_k=3, temperature=2.0, generator=g)
+            best3 = step(prompt, None)[0].topk(3, dim=-1).indices  # (B, 3)
+            assert (best3 == out[:, -1:]).any(dim=-1).all()
+
+
+def test_random_windows_are_shifted_and_evaluate_covers_the_split():
+    ids = torch.arange(100)
+    x, y = random_windows(ids, 8, 5, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 8) and torch.equal(y, x + 1)
+    model = tiny()
+    # a split of 40 tokens: 39 predictions in windows of 16, 16, 7; equal to a direct mean
+    data = torch.randint(0, 11, (40,))
+    loss = evaluate_lm(model, data, batch_size=2)
+    chunks = [(data[s:s + 16], data[s + 1:s + 17]) for s in range(0, 39, 16)]
+    with torch.no_grad():
+        total = sum(torch.nn.functional.cross_entropy(model(x[None, :len(t)])[0], t, reduction="sum")
+                    for x, t in chunks)
+    assert abs(loss - total.item() / 39) < 1e-5
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_train_lm_overfits_a_repeating_pattern():
+    model = tiny()
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 6] * 30)
+    log = train_lm(model, ids, seconds=30, batch_size=8, lr=1e-2, warmup_steps=5, max_steps=60,
+                   bf16=False)
+    assert log["steps"] == 60 and log["loss"][-1] < 0.2 < log["loss"][0]
+    assert evaluate_lm(model, ids) < 0.5
+
+
+def test_meta_device_forward():
+    meta = torch.device("meta")
+    for norm_first in (True, False):
+        model = GPT(GPTConfig(**{**TINY.__dict__, "norm_first": norm_first})).to(meta)
+        x = torch.zeros(2, 5, dtype=torch.long, device=meta)
+        logits, loss = model(x, x)
+        assert logits.shape == (2, 5, 11) and logits.device.type == "meta"
+        out = sample(decoding_step(model), x, None, max_len=2, top_k=3)
+        assert out.shape == (2, 7)

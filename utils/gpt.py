@@ -1,0 +1,304 @@
+"""A decoder-only language model (GPT), built from the course's encoder blocks (notebook 10).
+
+A GPT is a stack of Transformer blocks whose self-attention is causal: position t sees the
+tokens 1..t only, so the output at t can be trained to predict token t+1 (no cross-attention,
+no encoder). With token ids x_1..x_T, token table W_e (V, E) and position table P (T_max, E):
+
+    h_0 = W_e[x] + P[1..T]                            (B, T, E)
+    h_l = Block_l(h_{l-1}, causal=True),  l = 1..L    pre-LN blocks (GPT-2) or post-LN (GPT-1)
+    logits = LN(h_L) W_e^T                            (B, T, V) with weight tying, else a new W
+    loss = mean_t  -log softmax(logits_t)[x_{t+1}]    next-token cross-entropy
+
+`load_from_hf` copies a Hugging Face `GPT2LMHeadModel`, so a test can prove that these blocks
+compute exactly GPT-2. `decoding_step` plugs the model into `utils.decoding` (greedy, sampling).
+Training helpers (random windows, evaluation over a whole split, a time-budgeted loop) are
+separate functions, not methods: the model class holds construction and `forward` only.
+
+Shapes: B batch, T tokens, V vocabulary, E = d_model, nh heads, L layers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.schedules import warmup_cosine_factor
+from utils.transformer import Encoder, EncoderConfig, LayerNorm, LearnedPositions
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Sizes and switches of a GPT; defaults are a small character model that trains on a CPU."""
+
+    vocab_size: int = 65  # V, the token vocabulary
+    block_size: int = 256  # T_max, the longest context (rows of the position table)
+    d_model: int = 192  # E, the width of the residual stream
+    n_heads: int = 6  # nh; each head works in hs = E / nh dimensions
+    n_layers: int = 4  # L, transformer blocks
+    d_ff: int | None = None  # F, feed-forward width; None: 4 E as in GPT-2
+    dropout: float = 0.1  # on embeddings, the FFN hidden layer and sublayer outputs
+    attn_dropout: float | None = None  # on the attention weights; None: the same as `dropout`
+    ffn_dropout: float | None = None  # on the FFN hidden layer; None: the same as `dropout`
+    norm_first: bool = True  # True: pre-LN (GPT-2); False: post-LN (GPT-1, the 2017 paper)
+    activation: str = "gelu_tanh"  # GPT-2's tanh approximation of GELU
+    eps: float = 1e-5  # layer norm epsilon (GPT-2's)
+    tie_weights: bool = True  # the output layer reuses the token table W_e (Press & Wolf 2017)
+    sdpa: bool = True  # fused attention (F.scaled_dot_product_attention) unless weights are asked
+    fused_norm: bool = True  # layer norm through F.layer_norm: the same function, one fused kernel
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 1 or self.block_size < 1:
+            raise ValueError(f"vocab_size and block_size must be positive, got {self.vocab_size}, "
+                             f"{self.block_size}")
+
+    def encoder_config(self) -> EncoderConfig:
+        return EncoderConfig(d_model=self.d_model, n_heads=self.n_heads,
+                             d_ff=self.d_ff or 4 * self.d_model, n_layers=self.n_layers,
+                             dropout=self.dropout, attn_dropout=self.attn_dropout,
+                             norm_first=self.norm_first,
+                             activation=self.activation, eps=self.eps, sdpa=self.sdpa)
+
+
+class GPT(nn.Module):
+    """Token + learned position embeddings, L causal blocks, a (tied) linear head.
+
+    forward: idx (B, T) int64 -> logits (B, T, V); with `targets` (B, T) also the mean
+    cross-entropy (float32, ignore_index -100). `need_weights=True` adds the per-block
+    attention maps (B, nh, T, T) as a third output.
+    """
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)  # W_e (V, E)
+        self.pos = LearnedPositions(cfg.d_model, cfg.block_size)  # P (T_max, E)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = Encoder(cfg.encoder_config())  # pre-LN stacks end with the final LN
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # (E -> V)
+        if cfg.ffn_dropout is not None:  # CPU dropout masks are costly: the widest one is optional
+            for block in self.blocks.blocks:
+                block.ffn.dropout.p = cfg.ffn_dropout
+        if cfg.fused_norm:
+            fuse_layer_norms_(self)
+        self.apply(_init_gpt2)
+        for name, p in self.named_parameters():  # GPT-2: residual writes scaled by 1/sqrt(2L)
+            if name.endswith(("attn.W_o.weight", "ffn.W_2.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layers))
+        if cfg.tie_weights:
+            self.head.weight = self.tok.weight  # one (V, E) matrix: embeds and un-embeds
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None, need_weights: bool = False):
+        B, T = idx.shape
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence of {T} tokens exceeds block_size={self.cfg.block_size}: "
+                             "crop the context to the last block_size tokens")
+        x = self.drop(self.pos(self.tok(idx)))  # (B, T, E)
+        x, maps = self.blocks(x, need_weights=need_weights, causal=True)  # (B, T, E)
+        logits = self.head(x)  # (B, T, V)
+        if targets is None and not need_weights:
+            return logits
+        out = [logits]
+        if targets is not None:  # mean over B * T positions, in float32 even under autocast
+            out.append(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()))
+        if need_weights:
+            out.append(maps)
+        return tuple(out)
+
+
+class FusedLayerNorm(LayerNorm):
+    """The course's `LayerNorm` (same gamma, beta, eps) computed by PyTorch's fused kernel.
+
+    Our from-scratch norm takes five passes over the tensor (mean, var, subtract, divide,
+    scale); `F.layer_norm` takes one, which makes a small GPT's training step ~15% faster on a CPU.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, (x.shape[-1],), self.gamma, self.beta, self.eps)  # (..., E)
+
+
+def fuse_layer_norms_(module: nn.Module) -> nn.Module:
+    """Turn every `LayerNorm` inside `module` into a `FusedLayerNorm`, keeping its parameters."""
+    for child in module.modules():
+        if type(child) is LayerNorm:
+            child.__class__ = FusedLayerNorm  # same parameters and buffers, only forward differs
+    return module
+
+
+def _init_gpt2(module: nn.Module) -> None:
+    """GPT-2's initialization: N(0, 0.02) weights, zero biases (PyTorch's default is wider)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def param_count(model: nn.Module) -> int:
+    """Distinct parameters (a tied matrix counts once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------- reference: GPT-2
+@torch.no_grad()
+def load_from_hf(model: GPT, hf) -> GPT:
+    """Copy the weights of a Hugging Face `GPT2LMHeadModel` (same sizes, pre-LN) into `model`.
+
+    GPT-2 stores its projections as `Conv1D` with weights (in, out), the transpose of
+    `nn.Linear`'s (out, in), and packs W_q, W_k, W_v into one `c_attn` of width 3E.
+    """
+    cfg, E = model.cfg, model.cfg.d_model
+    if not cfg.norm_first or hf.config.n_embd != E or hf.config.n_layer != cfg.n_layers:
+        raise ValueError("need a pre-LN GPT with the same d_model and n_layers as the GPT-2 config")
+    t = hf.transformer
+    model.tok.weight.copy_(t.wte.weight)
+    model.pos.P.weight.copy_(t.wpe.weight[:cfg.block_size])
+    for ours, theirs in zip(model.blocks.blocks, t.h):
+        W, b = theirs.attn.c_attn.weight, theirs.attn.c_attn.bias  # (E, 3E), (3E,)
+        for i, lin in enumerate((ours.attn.W_q, ours.attn.W_k, ours.attn.W_v)):
+            lin.weight.copy_(W[:, i * E:(i + 1) * E].T)
+            lin.bias.copy_(b[i * E:(i + 1) * E])
+        pairs = ((ours.attn.W_o, theirs.attn.c_proj), (ours.ffn.W_1, theirs.mlp.c_fc),
+                 (ours.ffn.W_2, theirs.mlp.c_proj))
+        for lin, conv in pairs:
+            lin.weight.copy_(conv.weight.T)  # Conv1D (in, out) -> Linear (out, in)
+            lin.bias.copy_(conv.bias)
+        for ln, hf_ln in ((ours.norm1, theirs.ln_1), (ours.norm2, theirs.ln_2)):
+            ln.load_from_torch(hf_ln)
+    model.blocks.norm.load_from_torch(t.ln_f)
+    if not cfg.tie_weights:
+        model.head.weight.copy_(hf.lm_head.weight)
+    return model
+
+
+# ---------------------------------------------------------------------------- decoding
+def decoding_step(model: GPT):
+    """A `step(prefix, state)` for `utils.decoding`: log-probabilities of the next token.
+
+    The GPT rereads its (cropped) context at every step; state is unused (None). A key/value
+    cache would avoid that recomputation (notebook 09 builds one).
+    """
+    def step(prefix: Tensor, state):
+        logits = model(prefix[:, -model.cfg.block_size:])  # (B, t, V)
+        return torch.log_softmax(logits[:, -1].float(), dim=-1), state  # (B, V)
+    return step
+
+
+# ---------------------------------------------------------------------------- data and training
+def random_windows(ids: Tensor, block_size: int, batch_size: int,
+                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """B random windows of the token stream `ids` (N,) and their targets, shifted by one.
+
+    -> x (B, T), y (B, T) with y[b, t] = x[b, t + 1]: every position is a training example.
+    """
+    if len(ids) <= block_size:
+        raise ValueError(f"need more than block_size={block_size} tokens, got {len(ids)}")
+    start = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,)
+    offsets = torch.arange(block_size + 1)  # (T + 1,)
+    chunk = ids[start[:, None] + offsets]  # (B, T + 1)
+    return chunk[:, :-1], chunk[:, 1:]  # (B, T), (B, T)
+
+
+@torch.no_grad()
+def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, bf16: bool = False) -> float:
+    """Mean next-token loss (nats) over a whole split `ids` (N,): every token after the first
+    is predicted exactly once, in consecutive windows of block_size (context restarts at each)."""
+    model.eval()
+    T = model.cfg.block_size
+    x_all, y_all = ids[:-1], ids[1:]  # (N - 1,)
+    total, count = 0.0, 0
+    starts = list(range(0, len(x_all), T))
+    for i in range(0, len(starts), batch_size):
+        xs = [x_all[s:s + T] for s in starts[i:i + batch_size]]
+        ys = [y_all[s:s + T] for s in starts[i:i + batch_size]]
+        x = nn.utils.rnn.pad_sequence(xs, batch_first=True)  # (B, T); only the last may be short
+        y = nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-100)  # (B, T)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x.to(_device(model)))  # (B, T, V)
+        nll = F.cross_entropy(logits.float().flatten(0, 1), y.to(logits.device).flatten(),
+                              ignore_index=-100, reduction="sum")
+        total, count = total + nll.item(), count + int((y != -100).sum())
+    return total / count
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def train_for_time(model: nn.Module, batch_loss, seconds: float, lr: float = 2e-3,
+                   warmup_steps: int = 100, min_lr_ratio: float = 0.1, weight_decay: float = 0.1,
+                   clip: float = 1.0, bf16: bool = False, max_steps: int | None = None,
+                   seed: int = 0) -> dict:
+    """AdamW for a wall-clock budget (or `max_steps`, whichever ends first); the loop GPT and MLM share.
+
+    `batch_loss(generator) -> loss` draws a batch and returns its mean loss. The learning rate
+    follows `warmup_cosine_factor` with progress = the share of the budget spent (time, or steps
+    if `max_steps` ends first), so the cosine ends when the budget does. Weight decay applies to
+    matrices only; gradients are clipped to norm `clip`; `bf16` runs the forward pass under CPU
+    bfloat16 autocast (losses stay float32).
+    Returns {"loss": per-step train losses, "lr": per-step rates, "steps", "train_s"}.
+    """
+    opt = adamw(model, lr, weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    log, step, start = {"loss": [], "lr": []}, 0, time.perf_counter()
+    model.train()
+    while (frac := (time.perf_counter() - start) / seconds) < 1 and step != max_steps:
+        frac = max(frac, step / max_steps) if max_steps else frac
+        rate = lr * warmup_cosine_factor(step, warmup_steps, frac, min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = rate
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = batch_loss(g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        log["loss"].append(loss.item())
+        log["lr"].append(rate)
+        step += 1
+    model.eval()
+    return {**log, "steps": step, "train_s": time.perf_counter() - start}
+
+
+def train_lm(model: GPT, train_ids: Tensor, seconds: float, batch_size: int = 32, **kw) -> dict:
+    """`train_for_time` on random windows of `train_ids` (N,); also returns "tokens" seen."""
+    T, device = model.cfg.block_size, _device(model)
+
+    def batch_loss(g: torch.Generator) -> Tensor:
+        x, y = random_windows(train_ids, T, batch_size, g)  # (B, T) each
+        return model(x.to(device), y.to(device))[1]
+
+    log = train_for_time(model, batch_loss, seconds, **kw)
+    return {**log, "tokens": log["steps"] * batch_size * T}
+
+
+def adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (dim >= 2) only, as in GPT-2 and nanoGPT."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+
+
+# ---------------------------------------------------------------------------- subword tokens
+def byte_level_bpe(texts, vocab_size: int):
+    """A lossless byte-level BPE tokenizer (GPT-2's scheme) trained on `texts` with `tokenizers`.
+
+    Unlike `utils.text.BPETokenizer` (lowercased, whitespace dropped: fine for classification),
+    decode(encode(s)) == s here, so a language model on these tokens predicts the exact text
+    and its loss can be compared with a character model's in bits per character.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
