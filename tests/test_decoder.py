@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import keep_mask, randomize_
 from torch import nn
 
 from utils.attention import MultiHeadAttention
@@ -18,18 +19,6 @@ from utils.transformer import (
 
 TINY = TransformerConfig(src_vocab=23, tgt_vocab=23, d_model=16, n_heads=4, d_ff=32,
                          n_enc_layers=2, n_dec_layers=2, dropout=0.0, max_len=64)
-
-
-def keep_mask(lengths, T):
-    return torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # (B, T), True = real
-
-
-def randomize_(module, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return module
 
 
 def tiny_model(seed=0, cls=Transformer, **changes):

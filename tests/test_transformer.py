@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import keep_mask, randomize_
 from torch import nn
 
 from utils.classifiers import TransformerClassifier, TransformerClassifierConfig
@@ -20,19 +21,6 @@ from utils.transformer import (
 )
 
 SMALL = EncoderConfig(d_model=8, n_heads=2, d_ff=16, n_layers=2, dropout=0.0)
-
-
-def keep_mask(lengths, T):
-    return torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # (B, T), True = real
-
-
-def randomize_(module, seed=0):
-    """Non-trivial values everywhere (torch starts biases at 0 and norms at 1, hiding copy bugs)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return module
 
 
 def test_layer_norm_matches_torch():
