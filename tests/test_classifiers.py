@@ -79,10 +79,13 @@ def test_final_state_matches_unpadded_run():
     assert diff < 1e-6
 
 
-def test_forget_bias_opens_the_forget_gate():
-    model = RecurrentClassifier(V, E, H, C, forget_bias=2.0)
-    assert torch.all(model.rnn.bias_ih_l0[H:2 * H] == 2.0)
-    assert torch.all(model.rnn.bias_hh_l0[H:2 * H] == 0.0)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_forget_bias_opens_the_keep_gate(cell):
+    # rows H..2H are the LSTM's forget gate and the GRU's update gate; the GRU used to stay shut
+    model = RecurrentClassifier(V, E, H, C, cell=cell, bidirectional=True, forget_bias=2.0)
+    for suffix in ("l0", "l0_reverse"):
+        assert torch.all(getattr(model.rnn, f"bias_ih_{suffix}")[H:2 * H] == 2.0)
+        assert torch.all(getattr(model.rnn, f"bias_hh_{suffix}")[H:2 * H] == 0.0)
 
 
 def test_fasttext_bigrams_see_word_order():

@@ -120,7 +120,8 @@ class RecurrentClassifier(nn.Module):
     Packing makes the layer stop at each review's own length, so h_n is the state after the
     last real token: for a BiLSTM, h_n[-2] is the forward direction after token L and h_n[-1]
     the backward direction after reading back to token 1; we concatenate them (B, 2H).
-    `forget_bias` (LSTM) opens the forget gate at the start, as in notebook 05.
+    `forget_bias` opens the "keep" gate at the start, as in notebook 05: the LSTM's forget
+    gate, or the GRU's update gate (`utils.gated.open_gates_`); None keeps torch's init.
     `read="padded_last"` is the seed tutorial's classifier: no packing, read out[:, -1], which
     for every review shorter than the batch is the state after a run of <pad> tokens.
     """
@@ -139,8 +140,8 @@ class RecurrentClassifier(nn.Module):
         self.rnn = rnn(E, H, batch_first=True, bidirectional=bidirectional)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(H * (2 if bidirectional else 1), C)
-        if cell == "lstm" and forget_bias is not None:
-            open_gates_(self.rnn, forget_bias)  # the forget gate starts open (notebook 05)
+        if forget_bias is not None:
+            open_gates_(self.rnn, forget_bias)  # the keep gate starts open (notebook 05)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         _check_inputs(tokens, lengths)
