@@ -76,3 +76,20 @@ def test_bad_arguments_are_explained():
         InverseSqrt(make_opt(), 0)
     with pytest.raises(TypeError, match="Optimizer"):
         WarmupCosine([torch.zeros(1)], 1, 2)
+
+
+def test_no_warmup_is_a_pure_cosine_and_inverse_sqrt_resumes():
+    opt = make_opt(2.0)
+    got = lrs(opt, WarmupCosine(opt, 0, 20), 20)
+    assert got == pytest.approx([2.0 * 0.5 * (1 + math.cos(math.pi * s / 20)) for s in range(20)])
+    opt = make_opt()
+    full = lrs(opt, InverseSqrt(opt, 5), 25)
+    assert full == pytest.approx([min((s + 1) / 5, math.sqrt(5 / (s + 1))) for s in range(25)])
+    opt = make_opt()
+    sched = InverseSqrt(opt, 5)
+    first = lrs(opt, sched, 9)
+    opt2 = make_opt()
+    sched2 = InverseSqrt(opt2, 5)
+    opt2.load_state_dict(opt.state_dict())
+    sched2.load_state_dict(sched.state_dict())
+    assert first + lrs(opt2, sched2, 16) == pytest.approx(full)

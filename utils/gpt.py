@@ -52,6 +52,8 @@ class GPTConfig:
     tie_weights: bool = True  # the output layer reuses the token table W_e (Press & Wolf 2017)
     sdpa: bool = True  # fused attention (F.scaled_dot_product_attention) unless weights are asked
     fused_norm: bool = True  # layer norm through F.layer_norm: the same function, one fused kernel
+    block: str = "standard"  # "standard": LN placed by norm_first; "rezero": no LN (notebook 12)
+    embed_norm: bool = False  # a layer norm on the summed embeddings (BERT's): the stream starts at size sqrt(E)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 1 or self.block_size < 1:
@@ -63,7 +65,8 @@ class GPTConfig:
                              d_ff=self.d_ff or 4 * self.d_model, n_layers=self.n_layers,
                              dropout=self.dropout, attn_dropout=self.attn_dropout,
                              norm_first=self.norm_first,
-                             activation=self.activation, eps=self.eps, sdpa=self.sdpa)
+                             activation=self.activation, eps=self.eps, sdpa=self.sdpa,
+                             block=self.block)
 
 
 class GPT(nn.Module):
@@ -79,6 +82,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)  # W_e (V, E)
         self.pos = LearnedPositions(cfg.d_model, cfg.block_size)  # P (T_max, E)
+        self.embed_norm = LayerNorm(cfg.d_model, cfg.eps) if cfg.embed_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = Encoder(cfg.encoder_config())  # pre-LN stacks end with the final LN
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # (E -> V)
@@ -99,7 +103,7 @@ class GPT(nn.Module):
         if T > self.cfg.block_size:
             raise ValueError(f"sequence of {T} tokens exceeds block_size={self.cfg.block_size}: "
                              "crop the context to the last block_size tokens")
-        x = self.drop(self.pos(self.tok(idx)))  # (B, T, E)
+        x = self.drop(self.embed_norm(self.pos(self.tok(idx))))  # (B, T, E)
         x, maps = self.blocks(x, need_weights=need_weights, causal=True)  # (B, T, E)
         logits = self.head(x)  # (B, T, V)
         if targets is None and not need_weights:

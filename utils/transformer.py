@@ -10,6 +10,8 @@ Post-LN (the paper, Vaswani et al. 2017; `norm_first=False`):
     x = LN(x + MHA(x)),         x = LN(x + FFN(x))
 Pre-LN (GPT-2, ViT and most models since; Xiong et al. 2020; `norm_first=True`):
     x = x + MHA(LN(x)),         x = x + FFN(LN(x))      and one final LN after the stack
+ReZero (Bachlechner et al. 2020; `block="rezero"`, notebook 12): no layer norm at all,
+    x = x + a_1 MHA(x),         x = x + a_2 FFN(x)      with trained scalars a_1 = a_2 = 0 at start
 Multi-head attention itself lives in `utils.attention.MultiHeadAttention`. Every block has a
 `load_from_torch` that copies PyTorch's own module, so the equivalence tests are one line.
 
@@ -175,10 +177,16 @@ class EncoderConfig:
     activation: str = "relu"  # FFN nonlinearity: "relu" (paper), "gelu" (BERT), "gelu_tanh" (GPT-2)
     eps: float = 1e-5  # layer norm epsilon (PyTorch's default)
     sdpa: bool = False  # attention through F.scaled_dot_product_attention when no weights are asked
+    block: str = "standard"  # "standard": with layer norms placed by norm_first; "rezero": none
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.block not in BLOCKS:
+            raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
+
+
+BLOCKS = ("standard", "rezero")
 
 
 class EncoderBlock(nn.Module):
@@ -229,19 +237,49 @@ class EncoderBlock(nn.Module):
         return self
 
 
+class ReZeroBlock(nn.Module):
+    """ReZero (Bachlechner et al. 2020): x = x + a_1 MHA(x), then x = x + a_2 FFN(x), no layer norm.
+
+    a_1, a_2 are trained scalars that start at 0, so every block starts as the identity and the
+    stack as the embedding; each sublayer's contribution then grows as far as training asks.
+    Same interface as `EncoderBlock`: x (B, T, E) -> (x (B, T, E), weights or None).
+    """
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        p_attn = cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, p_attn, sdpa=cfg.sdpa)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.drop1, self.drop2 = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)
+        self.alpha = nn.Parameter(torch.zeros(2))  # (2,) a_1, a_2: one residual weight per sublayer
+
+    def forward(self, x: Tensor, key_mask: Tensor | None = None, need_weights: bool = False,
+                causal: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, w = self.attn(x, key_mask=key_mask, causal=causal, need_weights=need_weights)  # (B, T, E)
+        x = x + self.alpha[0] * self.drop1(a)  # (B, T, E)
+        x = x + self.alpha[1] * self.drop2(self.ffn(x))  # (B, T, E)
+        return x, w
+
+
+def make_block(cfg: EncoderConfig) -> nn.Module:
+    """One block of the kind `cfg.block` names: `EncoderBlock` (post- or pre-LN) or `ReZeroBlock`."""
+    return ReZeroBlock(cfg) if cfg.block == "rezero" else EncoderBlock(cfg)
+
+
 class Encoder(nn.Module):
     """A stack of `n_layers` encoder blocks over already embedded inputs (tokens or patches).
 
     Pre-LN stacks end with one more layer norm (the residual stream is never normalized inside
-    them). forward: x (B, T, E), key_mask (B, T) or None -> (x (B, T, E), list of per-block
-    weights (B, nh, T, T), empty unless need_weights).
+    them); ReZero stacks have none. forward: x (B, T, E), key_mask (B, T) or None ->
+    (x (B, T, E), list of per-block weights (B, nh, T, T), empty unless need_weights).
     """
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
-        self.norm = LayerNorm(cfg.d_model, cfg.eps) if cfg.norm_first else nn.Identity()
+        self.blocks = nn.ModuleList(make_block(cfg) for _ in range(cfg.n_layers))
+        final_norm = cfg.norm_first and cfg.block == "standard"
+        self.norm = LayerNorm(cfg.d_model, cfg.eps) if final_norm else nn.Identity()
 
     def forward(self, x: Tensor, key_mask: Tensor | None = None, need_weights: bool = False,
                 causal: bool = False) -> tuple[Tensor, list[Tensor]]:

@@ -1,0 +1,142 @@
+"""Tests of utils.vit: patches, the patch embedding as a convolution, HF ViT equivalence, training."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import randomize_
+
+from utils.vit import (
+    SmallCNN,
+    VisionTransformer,
+    ViTConfig,
+    attention_rollout,
+    augment,
+    img_to_patch,
+    load_from_hf,
+    param_count,
+    patch_to_img,
+    position_similarity,
+    train_classifier,
+)
+
+TINY = ViTConfig(image_size=8, patch_size=4, in_channels=2, n_classes=3, d_model=16, n_heads=2,
+                 n_layers=2, dropout=0.0)
+
+
+def tiny(seed=0, **kw):
+    torch.manual_seed(seed)
+    return VisionTransformer(ViTConfig(**{**TINY.__dict__, **kw})).eval()
+
+
+def test_img_to_patch_round_trip_and_layout():
+    x = torch.randn(2, 3, 8, 12)
+    patches = img_to_patch(x, 4)
+    assert patches.shape == (2, 6, 3 * 16)  # 2 x 3 grid of 4x4 patches
+    assert torch.equal(patch_to_img(patches, 4, 3, 8, 12), x)
+    grid = img_to_patch(x, 4, flatten_channels=False)  # (B, N, C, p, p)
+    assert torch.equal(grid[:, 4], x[:, :, 4:8, 4:8])  # patch 4 = second row, second column
+    with pytest.raises(ValueError, match="not divisible by patch_size=5"):
+        img_to_patch(x, 5)
+
+
+def test_linear_patch_embedding_equals_strided_convolution():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    conv = torch.nn.Conv2d(3, 5, kernel_size=4, stride=4)
+    lin = torch.nn.Linear(3 * 16, 5)
+    with torch.no_grad():
+        lin.weight.copy_(conv.weight.flatten(1))  # (E, C, p, p) -> (E, C p^2)
+        lin.bias.copy_(conv.bias)
+    a = lin(img_to_patch(x, 4))  # (B, N, E)
+    b = conv(x).flatten(2).transpose(1, 2)  # (B, E, 2, 2) -> (B, N, E)
+    diff = (a - b).abs().max().item()
+    print(f"linear patch embedding vs strided conv: max |diff| = {diff:.1e}")
+    assert diff < 1e-5
+
+
+def test_shapes_weights_and_bad_input():
+    model = tiny()
+    x = torch.randn(3, 2, 8, 8)
+    logits, maps = model(x, need_weights=True)
+    assert logits.shape == (3, 3) and len(maps) == 2 and maps[0].shape == (3, 2, 5, 5)
+    assert torch.allclose(maps[0].sum(-1), torch.ones(3, 2, 5))
+    assert torch.allclose(model(x), logits, atol=1e-6)  # sdpa path = explicit weights path
+    R = attention_rollout(maps)
+    assert R.shape == (3, 5, 5) and torch.allclose(R.sum(-1), torch.ones(3, 5), atol=1e-5)
+    assert position_similarity(model).shape == (4, 4)
+    with pytest.raises(ValueError, match=r"expected images \(B, 2, 8, 8\)"):
+        model(torch.randn(3, 2, 12, 12))
+    with pytest.raises(ValueError, match="not divisible"):
+        ViTConfig(image_size=28, patch_size=5)
+
+
+def test_meta_device_forward():
+    with torch.device("meta"):
+        model = VisionTransformer(TINY)
+        cnn = SmallCNN((4, 8), in_channels=2, n_classes=3)
+    x = torch.empty(2, 2, 8, 8, device="meta")
+    assert model(x).shape == (2, 3) and model(x).device.type == "meta"
+    logits, maps = model(x, need_weights=True)
+    assert attention_rollout(maps).device.type == "meta"
+    assert cnn(x).shape == (2, 3)
+
+
+@pytest.fixture(scope="module")
+def transformers():
+    """Imported once (a few seconds, paid at setup); the test skips without the package."""
+    transformers = pytest.importorskip("transformers")
+    transformers.ViTForImageClassification  # noqa: B018 (the lazy module loads on first access)
+    return transformers
+
+
+def test_matches_hugging_face_vit_with_copied_weights(transformers):
+    hc = transformers.ViTConfig(image_size=8, patch_size=4, num_channels=2, hidden_size=16,
+                                num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                num_labels=3)
+    torch.manual_seed(1)
+    hf = randomize_(transformers.ViTForImageClassification(hc).eval())
+    x = torch.randn(2, 2, 8, 8)
+    for sdpa in (False, True):
+        ours = load_from_hf(tiny(sdpa=sdpa, eps=hc.layer_norm_eps), hf)
+        with torch.no_grad():
+            diff = (ours(x) - hf(pixel_values=x).logits).abs().max().item()
+            hidden = hf.vit(pixel_values=x).last_hidden_state
+            diff_h = (ours.features(x)[0] - hidden).abs().max().item()
+        print(f"ViT vs ViTForImageClassification (sdpa={sdpa}): logits {diff:.1e}, tokens {diff_h:.1e}")
+        assert diff < 1e-4 and diff_h < 1e-4
+    with pytest.raises(ValueError, match="sizes differ"):
+        load_from_hf(tiny(d_model=8), hf)
+
+
+def test_augment_keeps_shape_and_shifts():
+    x = torch.arange(16.0).view(1, 1, 4, 4).repeat(8, 1, 1, 1)
+    g = torch.Generator().manual_seed(0)
+    y = augment(x, pad=1, flip=False, generator=g)
+    assert y.shape == x.shape
+    assert not all(torch.equal(y[i], x[i]) for i in range(8))  # some images moved
+    assert torch.equal(augment(x, pad=0, flip=False), x)
+
+
+@pytest.mark.parametrize("make", ["vit", "cnn"])
+def test_tiny_seeded_overfit(make):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(12, 2, 8, 8, generator=g)
+    y = torch.arange(12) % 3
+    torch.manual_seed(0)
+    model = tiny() if make == "vit" else SmallCNN((16, 32), in_channels=2, n_classes=3, dropout=0.0)
+    log = train_classifier(model, x, y, steps=60, batch_size=12, lr=1e-2, warmup_steps=5,
+                           weight_decay=0.0, aug=False)
+    with torch.no_grad():
+        loss = F.cross_entropy(model(x), y).item()
+    assert log["loss"][0] > 0.9 and log["loss"][-1] < 0.05, log["loss"][::10]
+    assert loss < 0.5  # in eval mode too (the CNN's batch norm then uses running statistics)
+    assert param_count(model) > 0
+
+
+def test_time_budget_ends_training_and_the_schedule():
+    x, y = torch.randn(16, 2, 8, 8), torch.arange(16) % 3
+    log = train_classifier(tiny(), x, y, steps=10**6, seconds=0.3, batch_size=8, warmup_steps=2,
+                           eval_every=5, x_eval=x, y_eval=y)
+    assert 0 < log["steps"] < 10**6 and 0.3 <= log["train_s"] < 1.0
+    assert log["eval_step"][-1] == log["steps"]  # the final model is always evaluated

@@ -1,0 +1,165 @@
+"""Taming the Transformer (notebook 12): a fixed-step training run that records what goes wrong,
+and the diagnostics that explain it.
+
+Every arm of the notebook's experiment gets the same number of optimizer steps and the same
+batches (one seeded generator), and differs only in the block (post-LN, pre-LN, ReZero), the
+optimizer (AdamW or RAdam) and the schedule (`utils.schedules.WarmupCosine` with or without a
+linear warm-up). Besides the loss, each step records what the papers point at:
+
+    grad_norm      ||g||, the global gradient norm before any clipping
+    update_ratio   ||theta_{s+1} - theta_s|| / ||theta_s|| over all matrices: the relative size
+                   of Adam's step (Z2H's update-to-data ratio), large when no warm-up tames it
+    grad_qkv       (3,) the gradient norms of W_q, W_k, W_v, averaged over the blocks
+                   (Liu et al. 2020: the query and key gradients are far smaller than the value's)
+    grad_blocks    (L,) the gradient norm of each block's parameters (vanishing in lower blocks?)
+
+A run *diverges* when its loss becomes non-finite or its final validation loss stays above
+`DIVERGED_NATS` (3.0 nats: worse than knowing only the character frequencies, about 3.3).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.attention import MultiHeadAttention
+from utils.gpt import GPT, GPTConfig, evaluate_lm, random_windows
+from utils.schedules import WarmupCosine
+
+Tensor = torch.Tensor
+DIVERGED_NATS = 3.0  # a final validation loss above this (or a non-finite one) counts as diverged
+OPTIMIZERS = ("adamw", "radam")
+
+
+def make_optimizer(model: nn.Module, name: str, lr: float, betas=(0.9, 0.98),
+                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """AdamW or RAdam (both with decoupled weight decay on matrices only, as in `utils.gpt.adamw`)."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    if name == "radam":
+        return torch.optim.RAdam(groups, lr=lr, betas=betas, decoupled_weight_decay=True)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def qkv_grad_norms(model: nn.Module) -> list[float]:
+    """[|dL/dW_q|, |dL/dW_k|, |dL/dW_v|], each averaged over the attention layers of `model`."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    out = []
+    for name in ("W_q", "W_k", "W_v"):
+        norms = [getattr(m, name).weight.grad for m in layers]
+        out.append(sum(float(g.norm()) if g is not None else 0.0 for g in norms) / max(len(layers), 1))
+    return out
+
+
+def train_steps(model: nn.Module, batch_loss, steps: int, lr: float, warmup_steps: int = 0,
+                optimizer: str = "adamw", betas=(0.9, 0.98), min_lr_ratio: float = 0.1,
+                clip: float | None = None, seed: int = 0) -> dict:
+    """`steps` optimizer steps with lr = lr * warm-up + cosine (`WarmupCosine`; no warm-up at 0).
+
+    `batch_loss(generator) -> loss` draws a batch (seeded by `seed`, so every arm sees the same
+    batches) and returns its mean loss. Stops early if the loss becomes non-finite.
+    Returns {"loss", "lr", "grad_norm", "update_ratio", "grad_qkv", "grad_blocks"} per step,
+    "steps", "train_s".
+    """
+    opt = make_optimizer(model, optimizer, lr, betas)
+    sched = WarmupCosine(opt, warmup_steps, steps, min_lr_ratio)
+    g = torch.Generator().manual_seed(seed)
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    log = {"loss": [], "lr": [], "grad_norm": [], "update_ratio": [], "grad_qkv": [], "grad_blocks": []}
+    start = time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        loss = batch_loss(g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        log["grad_norm"].append(float(nn.utils.clip_grad_norm_(model.parameters(), clip or math.inf)))
+        log["grad_qkv"].append(qkv_grad_norms(model))
+        log["grad_blocks"].append(_block_norms(model))
+        before = [p.detach().clone() for p in matrices]
+        log["lr"].append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        log["update_ratio"].append(_relative_change(before, matrices))
+        log["loss"].append(loss.item())
+        if not math.isfinite(log["loss"][-1]):
+            break
+    model.eval()
+    return {**log, "steps": len(log["loss"]), "train_s": time.perf_counter() - start}
+
+
+def _block_norms(model: nn.Module) -> list[float]:
+    """|dL/dtheta_l| of each block l of a `GPT` (the gradients already computed); [] otherwise."""
+    blocks = model.blocks.blocks if isinstance(model, GPT) else []
+    return [math.sqrt(sum(float(p.grad.pow(2).sum()) for p in b.parameters() if p.grad is not None))
+            for b in blocks]
+
+
+@torch.no_grad()
+def _relative_change(before: list[Tensor], after: list[Tensor]) -> float:
+    num = sum(float((a - b).pow(2).sum()) for a, b in zip(after, before))
+    den = sum(float(b.pow(2).sum()) for b in before)
+    return math.sqrt(num / den)
+
+
+def run_char_gpt(cfg: GPTConfig, train_ids: Tensor, val_ids: Tensor, steps: int, batch_size: int,
+                 lr: float, warmup_steps: int = 0, optimizer: str = "adamw", seed: int = 0,
+                 **kw) -> dict:
+    """Build `GPT(cfg)` from `seed`, train it with `train_steps` on random windows of
+    `train_ids` (N,), evaluate on `val_ids`. Returns the training log plus "val_loss" (nats),
+    "diverged" (bool) and the trained "model"."""
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+
+    def batch_loss(g: torch.Generator) -> Tensor:
+        x, y = random_windows(train_ids, cfg.block_size, batch_size, g)  # (B, T) each
+        return model(x, y)[1]
+
+    log = train_steps(model, batch_loss, steps, lr, warmup_steps, optimizer, seed=seed, **kw)
+    finite = math.isfinite(log["loss"][-1]) and all(torch.isfinite(p).all() for p in model.parameters())
+    val = evaluate_lm(model, val_ids, batch_size=64) if finite else math.nan
+    diverged = not (math.isfinite(val) and val <= DIVERGED_NATS)
+    return {**log, "val_loss": val, "diverged": diverged, "model": model}
+
+
+# ---------------------------------------------------------------------------- diagnostics
+def block_grad_norms(model: GPT, x: Tensor, y: Tensor) -> list[float]:
+    """|dL/dtheta_l| for each block l (all its parameters together), on one batch x, y (B, T)."""
+    model.zero_grad(set_to_none=True)
+    model(x, y)[1].backward()
+    norms = _block_norms(model)
+    model.zero_grad(set_to_none=True)
+    return norms
+
+
+def layer_norm_jacobian_norm(x: Tensor, eps: float = 1e-5) -> float:
+    """Spectral norm of the Jacobian of LN(x) = (x - mean) / std (no gamma, beta) at x (E,).
+
+    Xiong et al. (2020): it is O(sqrt(E) / ||x||); exactly sqrt(E) / ||x - mean|| for eps = 0.
+    """
+    if x.dim() != 1:
+        raise ValueError(f"expected one position's vector (E,), got shape {tuple(x.shape)}")
+    J = torch.autograd.functional.jacobian(lambda v: F.layer_norm(v, v.shape, eps=eps), x)  # (E, E)
+    return float(torch.linalg.matrix_norm(J, ord=2))
+
+
+def radam_rectification(step: int, beta2: float) -> float:
+    """RAdam's r_t at optimizer step t = `step` (1-based); 0 while rho_t <= 5 (PyTorch's rule),
+    when RAdam takes plain momentum steps without the adaptive 1 / sqrt(v) term.
+
+    rho_inf = 2 / (1 - beta2) - 1,  rho_t = rho_inf - 2 t beta2^t / (1 - beta2^t),
+    r_t = sqrt((rho_t - 4)(rho_t - 2) rho_inf / ((rho_inf - 4)(rho_inf - 2) rho_t)).
+    """
+    if step < 1:
+        raise ValueError(f"optimizer steps count from 1, got {step}")
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * step * beta2 ** step / (1 - beta2 ** step)
+    if rho_t <= 5:
+        return 0.0
+    return math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))

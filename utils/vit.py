@@ -1,0 +1,353 @@
+"""The Vision Transformer (ViT, Dosovitskiy et al. 2021), built from the course's encoder blocks.
+
+An image is cut into N = (H / p) (W / p) square patches of p x p pixels; each patch, flattened
+to C p^2 numbers, is a "token". With patch embedding W_p (C p^2 -> E), a class token x_cls (E,)
+and a learned position table P (N + 1, E):
+
+    z_0 = [x_cls; x_1 W_p; ...; x_N W_p] + P           (B, N + 1, E)   then dropout
+    z_l = Block_l(z_{l-1}),  l = 1..L                  pre-LN encoder blocks (notebook 08), GELU
+    logits = LN(z_L)[:, 0] W_head                      (B, n_classes): read at the class token
+
+The blocks are `utils.transformer.Encoder` blocks without any mask: every patch sees every
+patch. `load_from_hf` copies a Hugging Face `ViTForImageClassification` (or `ViTModel`), so a
+test can prove that this is exactly the ViT. `SmallCNN` is the convolutional baseline, and
+`train_classifier` the recipe both share (AdamW, warm-up + cosine, light augmentation).
+
+Shapes: B batch, C channels, H x W pixels, p patch size, N patches, T = N + 1 tokens,
+E = d_model, nh heads, L layers, K classes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.gpt import adamw, fuse_layer_norms_
+from utils.schedules import warmup_cosine_factor
+from utils.transformer import Encoder, EncoderConfig, LearnedPositions
+
+Tensor = torch.Tensor
+
+
+# ---------------------------------------------------------------------------- patches
+def img_to_patch(x: Tensor, patch_size: int, flatten_channels: bool = True) -> Tensor:
+    """Images (B, C, H, W) -> patches (B, N, C p^2), row by row (raster order), N = H/p * W/p.
+
+    Each patch vector lists its channels, then its rows, then its columns (C, p, p): the order
+    in which a (E, C, p, p) convolution kernel flattens, so a linear layer on these vectors and
+    a stride-p convolution compute the same thing. `flatten_channels=False` keeps each patch
+    as a small image: (B, N, C, p, p).
+    """
+    if x.dim() != 4:
+        raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}")
+    B, C, H, W = x.shape
+    p = patch_size
+    if H % p or W % p:
+        raise ValueError(f"image size {H}x{W} is not divisible by patch_size={p}: pad or crop "
+                         "the images, or pick a patch size that divides both sides")
+    x = x.reshape(B, C, H // p, p, W // p, p)  # (B, C, H/p, p, W/p, p)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, H/p, W/p, C, p, p): patch grid first
+    x = x.flatten(1, 2)  # (B, N, C, p, p), patches in raster order
+    return x.flatten(2, 4) if flatten_channels else x  # (B, N, C p^2)
+
+
+def patch_to_img(patches: Tensor, patch_size: int, channels: int, height: int, width: int) -> Tensor:
+    """The inverse of `img_to_patch`: patches (B, N, C p^2) -> images (B, C, H, W)."""
+    B, N, D = patches.shape
+    p = patch_size
+    if N != (height // p) * (width // p) or D != channels * p * p:
+        raise ValueError(f"patches {tuple(patches.shape)} do not tile a {channels}x{height}x{width} "
+                         f"image with patch_size={p}")
+    x = patches.reshape(B, height // p, width // p, channels, p, p)  # (B, H/p, W/p, C, p, p)
+    x = x.permute(0, 3, 1, 4, 2, 5)  # (B, C, H/p, p, W/p, p)
+    return x.reshape(B, channels, height, width)  # (B, C, H, W)
+
+
+# ---------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class ViTConfig:
+    """Sizes of a Vision Transformer; defaults are a small model for 28x28 grey images."""
+
+    image_size: int = 28  # H = W, pixels per side
+    patch_size: int = 4  # p; N = (image_size / p)^2 patches (49 for 28 / 4)
+    in_channels: int = 1  # C (1 for grey images, 3 for RGB)
+    n_classes: int = 10  # K
+    d_model: int = 64  # E, the width of every token
+    n_heads: int = 4  # nh; each head works in hs = E / nh dimensions
+    n_layers: int = 4  # L, encoder blocks
+    d_ff: int | None = None  # F, the MLP width; None: 2 E (the paper uses 4 E on large data)
+    dropout: float = 0.1  # on embeddings + positions, the MLP hidden layer and sublayer outputs
+    attn_dropout: float | None = 0.0  # on attention weights; None: the same as `dropout`
+    activation: str = "gelu"  # exact GELU, as in the paper and Hugging Face's ViT
+    eps: float = 1e-6  # layer norm epsilon (the paper's; Hugging Face's ViTConfig uses 1e-12)
+    sdpa: bool = True  # fused attention whenever no weights are asked for
+    fused_norm: bool = True  # layer norm through F.layer_norm (same function, one fused kernel)
+
+    def __post_init__(self) -> None:
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size={self.image_size} is not divisible by "
+                             f"patch_size={self.patch_size}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    def encoder_config(self) -> EncoderConfig:
+        return EncoderConfig(d_model=self.d_model, n_heads=self.n_heads,
+                             d_ff=self.d_ff or 2 * self.d_model, n_layers=self.n_layers,
+                             dropout=self.dropout, attn_dropout=self.attn_dropout, norm_first=True,
+                             activation=self.activation, eps=self.eps, sdpa=self.sdpa)
+
+
+class VisionTransformer(nn.Module):
+    """Patches -> linear embedding -> [CLS] + positions -> pre-LN encoder -> head on [CLS].
+
+    forward: images (B, C, H, W) -> logits (B, K); with `need_weights=True` also the per-block
+    attention maps, a list of L tensors (B, nh, T, T) with T = N + 1 (token 0 is [CLS]).
+    """
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        E, p = cfg.d_model, cfg.patch_size
+        self.patch_embed = nn.Linear(cfg.in_channels * p * p, E)  # W_p (C p^2 -> E)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, E))  # x_cls, one learned token
+        self.pos = LearnedPositions(E, cfg.n_patches + 1)  # P (N + 1, E), row 0 for [CLS]
+        self.drop = nn.Dropout(cfg.dropout)
+        self.encoder = Encoder(cfg.encoder_config())  # pre-LN blocks + the final layer norm
+        self.head = nn.Linear(E, cfg.n_classes)  # (E -> K)
+        if cfg.fused_norm:
+            fuse_layer_norms_(self)
+        self.apply(_init_vit)
+        nn.init.normal_(self.cls_token, std=0.02)
+
+    def features(self, images: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """images (B, C, H, W) -> (tokens after the final norm (B, T, E), attention maps)."""
+        c = self.cfg
+        if images.dim() != 4 or images.shape[1:] != (c.in_channels, c.image_size, c.image_size):
+            raise ValueError(f"expected images (B, {c.in_channels}, {c.image_size}, {c.image_size}), "
+                             f"got {tuple(images.shape)}")
+        B = images.shape[0]
+        x = self.patch_embed(img_to_patch(images, c.patch_size))  # (B, N, E)
+        cls = self.cls_token.expand(B, -1, -1)  # (B, 1, E), the same token for every image
+        x = self.drop(self.pos(torch.cat([cls, x], dim=1)))  # (B, T, E), T = N + 1
+        return self.encoder(x, need_weights=need_weights)  # (B, T, E), [(B, nh, T, T)] * L
+
+    def forward(self, images: Tensor, need_weights: bool = False):
+        x, maps = self.features(images, need_weights)  # (B, T, E)
+        logits = self.head(x[:, 0])  # (B, K): only the [CLS] token is read
+        return (logits, maps) if need_weights else logits
+
+
+def _init_vit(module: nn.Module) -> None:
+    """Truncated-normal(0.02) weights and zero biases for linear layers (the ViT/timm recipe)."""
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------- reference: HF ViT
+@torch.no_grad()
+def load_from_hf(model: VisionTransformer, hf) -> VisionTransformer:
+    """Copy a Hugging Face `ViTForImageClassification` (or a bare `ViTModel`) into `model`.
+
+    Hugging Face embeds patches with a `Conv2d(C, E, kernel=p, stride=p)`: its kernel (E, C, p, p)
+    flattened to (E, C p^2) is our `patch_embed` weight. Its position table is (1, T, E), its
+    class token (1, 1, E); each layer keeps query, key and value as separate linear layers, and
+    the classifier reads the class token after the final layer norm, as ours does.
+    """
+    cfg, hc = model.cfg, hf.config
+    sizes = (hc.hidden_size, hc.num_hidden_layers, hc.patch_size, hc.image_size, hc.num_channels)
+    if sizes != (cfg.d_model, cfg.n_layers, cfg.patch_size, cfg.image_size, cfg.in_channels):
+        raise ValueError(f"sizes differ: HF (E, L, p, image, C) = {sizes}, ours = "
+                         f"{(cfg.d_model, cfg.n_layers, cfg.patch_size, cfg.image_size, cfg.in_channels)}")
+    vit = getattr(hf, "vit", hf)  # ViTForImageClassification wraps a ViTModel as .vit
+    emb = vit.embeddings
+    model.patch_embed.weight.copy_(emb.patch_embeddings.projection.weight.flatten(1))  # (E, C p^2)
+    model.patch_embed.bias.copy_(emb.patch_embeddings.projection.bias)
+    model.cls_token.copy_(emb.cls_token)  # (1, 1, E)
+    model.pos.P.weight.copy_(emb.position_embeddings[0])  # (T, E)
+    layers = vit.layers if hasattr(vit, "layers") else vit.encoder.layer  # transformers 5 / 4
+    for ours, layer in zip(model.encoder.blocks, layers):
+        q, k, v, o, fc1, fc2 = _hf_linears(layer)
+        pairs = ((ours.attn.W_q, q), (ours.attn.W_k, k), (ours.attn.W_v, v), (ours.attn.W_o, o),
+                 (ours.ffn.W_1, fc1), (ours.ffn.W_2, fc2))
+        for lin, theirs in pairs:
+            lin.weight.copy_(theirs.weight)
+            lin.bias.copy_(theirs.bias)
+        ours.norm1.load_from_torch(layer.layernorm_before)
+        ours.norm2.load_from_torch(layer.layernorm_after)
+    model.encoder.norm.load_from_torch(vit.layernorm)
+    if hasattr(hf, "classifier"):
+        model.head.weight.copy_(hf.classifier.weight)
+        model.head.bias.copy_(hf.classifier.bias)
+    return model
+
+
+def _hf_linears(layer) -> tuple[nn.Linear, ...]:
+    """W_q, W_k, W_v, W_o, W_1, W_2 of one Hugging Face `ViTLayer`, whose names changed in
+    transformers 5 (attention.q_proj, mlp.fc1) from 4 (attention.attention.query, intermediate.dense)."""
+    att = layer.attention
+    if hasattr(att, "q_proj"):
+        return att.q_proj, att.k_proj, att.v_proj, att.o_proj, layer.mlp.fc1, layer.mlp.fc2
+    return (att.attention.query, att.attention.key, att.attention.value, att.output.dense,
+            layer.intermediate.dense, layer.output.dense)
+
+
+# ---------------------------------------------------------------------------- what it learned
+def position_similarity(model: VisionTransformer) -> Tensor:
+    """Cosine similarity of the patch position embeddings: (N, N), [CLS] left out."""
+    P = F.normalize(model.pos.P.weight[1:].detach().float(), dim=-1)  # (N, E), unit rows
+    return P @ P.T  # (N, N)
+
+
+def attention_rollout(maps: list[Tensor], residual: bool = True) -> Tensor:
+    """Attention rollout (Abnar & Zuidema 2020): how much each token draws on each input token.
+
+    maps: L tensors (B, nh, T, T). Per layer, average the heads and (with `residual`) add the
+    identity for the skip connection, renormalize rows, then multiply the layers:
+    R = A_L ... A_2 A_1 (B, T, T). Row 0 of R is the class token's mix of input patches.
+    """
+    R = None
+    for w in maps:
+        A = w.float().mean(1)  # (B, T, T), heads averaged
+        if residual:
+            A = A + torch.eye(A.shape[-1], device=A.device)  # (B, T, T): the skip keeps x itself
+            A = A / A.sum(-1, keepdim=True)  # rows sum to 1 again
+        R = A if R is None else A @ R  # (B, T, T)
+    return R
+
+
+# ---------------------------------------------------------------------------- the CNN baseline
+class SmallCNN(nn.Module):
+    """The convolutional baseline: three [conv 3x3 -> BN -> ReLU (x2) -> max-pool] stages, a head.
+
+    Convolutions see 3x3 neighbourhoods and share weights across positions: the locality and
+    translation-equivariance a ViT has to learn from data. images (B, C, H, W) -> logits (B, K).
+    """
+
+    def __init__(self, widths: tuple[int, ...] = (32, 64, 128), in_channels: int = 1,
+                 n_classes: int = 10, dropout: float = 0.1) -> None:
+        super().__init__()
+        layers, c = [], in_channels
+        for w in widths:
+            layers += [nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                       nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                       nn.MaxPool2d(2)]
+            c = w
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
+                                  nn.Linear(c, n_classes))
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.features(images))  # (B, c, h, w) -> (B, K)
+
+
+# ---------------------------------------------------------------------------- data and training
+def to_tensor(images, mean: float = 0.2860, std: float = 0.3530) -> Tensor:
+    """uint8 images (N, H, W) -> float (N, 1, H, W), standardized with the Fashion-MNIST
+    training-set mean and std (of pixels scaled to [0, 1])."""
+    x = torch.tensor(images, dtype=torch.float32)[:, None] / 255.0  # (N, 1, H, W), a copy
+    return (x - mean) / std
+
+
+def augment(x: Tensor, pad: int = 2, flip: bool = True, generator: torch.Generator | None = None) -> Tensor:
+    """Random crop after padding by `pad` pixels (a shift of up to `pad` pixels each way) and a
+    horizontal flip with probability 1/2; x (B, C, H, W) -> (B, C, H, W), one draw per image.
+
+    The padding value is the batch minimum (the background), not 0: the inputs are standardized.
+    """
+    B, C, H, W = x.shape
+    g = generator
+    if pad:
+        xp = F.pad(x, (pad, pad, pad, pad), value=float(x.min()))  # (B, C, H + 2 pad, W + 2 pad)
+        dy = torch.randint(0, 2 * pad + 1, (B, 1), generator=g).to(x.device)  # (B, 1) shifts
+        dx = torch.randint(0, 2 * pad + 1, (B, 1), generator=g).to(x.device)
+        rows = (dy + torch.arange(H, device=x.device))[:, :, None]  # (B, H, 1)
+        cols = (dx + torch.arange(W, device=x.device))[:, None, :]  # (B, 1, W)
+        b = torch.arange(B, device=x.device)[:, None, None]  # (B, 1, 1)
+        x = xp.permute(0, 2, 3, 1)[b, rows, cols].permute(0, 3, 1, 2)  # (B, C, H, W)
+    if flip:
+        mirror = (torch.rand(B, generator=g) < 0.5).to(x.device)[:, None, None, None]  # (B, 1, 1, 1)
+        x = torch.where(mirror, x.flip(-1), x)  # (B, C, H, W)
+    return x
+
+
+@torch.no_grad()
+def evaluate_classifier(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1000,
+                        bf16: bool = False) -> float:
+    """Accuracy of `model` on images x (N, C, H, W) with labels y (N,)."""
+    model.eval()
+    correct = 0
+    for i in range(0, len(y), batch_size):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x[i:i + batch_size])  # (b, K)
+        correct += int((logits.argmax(-1) == y[i:i + batch_size]).sum())
+    return correct / len(y)
+
+
+def train_classifier(model: nn.Module, x: Tensor, y: Tensor, steps: int, seconds: float | None = None,
+                     batch_size: int = 128, lr: float = 2e-3, weight_decay: float = 0.05,
+                     warmup_steps: int = 100, aug: bool = True, bf16: bool = False, seed: int = 0,
+                     eval_every: int = 0, x_eval: Tensor | None = None,
+                     y_eval: Tensor | None = None) -> dict:
+    """The recipe the ViT and the CNN share: AdamW on shuffled batches (epoch after epoch),
+    linear warm-up then cosine decay to 0, gradient clipping at 1, optional augmentation.
+
+    x (N, C, H, W), y (N,). Training stops after `steps` updates or, if `seconds` is given, when
+    that much training time is spent, whichever comes first; the cosine follows whichever is
+    further along, so it reaches 0 when the budget ends. Every `eval_every` steps (0: never) and
+    at the end, the accuracy on (x_eval, y_eval) is logged; that time is not counted as training.
+    Returns {"loss", "eval_step", "eval_acc", "steps", "epochs", "train_s", "eval_s"}.
+    """
+    g = torch.Generator().manual_seed(seed)
+    opt, B = adamw(model, lr, weight_decay), min(batch_size, len(y))
+    log = {"loss": [], "eval_step": [], "eval_acc": []}
+    order, step, train_s, eval_s = torch.empty(0, dtype=torch.long), 0, 0.0, 0.0
+    while (progress := _progress(step, steps, warmup_steps, train_s, seconds)) < 1:
+        t = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr * warmup_cosine_factor(step, warmup_steps, progress)
+        if len(order) < B:  # a new epoch: a fresh permutation (a last short batch is dropped)
+            order = torch.randperm(len(y), generator=g)
+        idx, order = order[:B], order[B:]
+        log["loss"].append(_update(model, opt, x[idx], y[idx], aug, bf16, g))
+        step, train_s = step + 1, train_s + time.perf_counter() - t
+        if eval_every and (step % eval_every == 0 or _progress(step, steps, warmup_steps, train_s, seconds) >= 1):
+            t = time.perf_counter()
+            log["eval_step"].append(step)
+            log["eval_acc"].append(evaluate_classifier(model, x_eval, y_eval, bf16=bf16))
+            eval_s += time.perf_counter() - t
+    model.eval()
+    return {**log, "steps": step, "epochs": step * B / len(y), "train_s": train_s, "eval_s": eval_s}
+
+
+def _progress(step: int, steps: int, warmup_steps: int, train_s: float, seconds: float | None) -> float:
+    """How far along the budget is, 0..1: updates after warm-up, or time, whichever is further."""
+    by_steps = 1.0 if step >= steps else max(0, step - warmup_steps) / max(1, steps - warmup_steps)
+    return max(by_steps, train_s / seconds) if seconds else by_steps
+
+
+def _update(model: nn.Module, opt, xb: Tensor, yb: Tensor, aug: bool, bf16: bool, g) -> float:
+    """One training step on a batch xb (B, C, H, W), yb (B,); returns the batch's mean loss."""
+    model.train()
+    xb = augment(xb, generator=g) if aug else xb  # (B, C, H, W)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(xb)  # (B, K)
+    loss = F.cross_entropy(logits.float(), yb)  # float32 even under autocast
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
