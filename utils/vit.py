@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.gpt import adamw, fuse_layer_norms_
+from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 11)
 from utils.schedules import warmup_cosine_factor
 from utils.transformer import Encoder, EncoderConfig, LearnedPositions
 
@@ -151,10 +151,6 @@ def _init_vit(module: nn.Module) -> None:
         nn.init.trunc_normal_(module.weight, std=0.02)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
-
-
-def param_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 # ---------------------------------------------------------------------------- reference: HF ViT
