@@ -13,6 +13,7 @@ from utils.taming import (
     radam_rectification,
     run_char_gpt,
     train_steps,
+    xavier_init_,
 )
 from utils.transformer import Encoder, EncoderBlock, EncoderConfig, ReZeroBlock, make_block
 
@@ -89,6 +90,24 @@ def test_run_char_gpt_overfits_a_repeated_string_and_radam_runs():
     assert out["steps"] == 3 and math.isfinite(out["val_loss"])
 
 
+def test_xavier_init_touches_only_block_matrices_and_bad_init_is_refused():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    xavier_init_(model)
+    for n, p in model.named_parameters():
+        changed = not torch.equal(p, before[n])
+        assert changed == (n.startswith("blocks.") and p.dim() > 1), n
+    # Xavier-uniform bound for a (fan_out, fan_in) matrix: sqrt(6 / (fan_in + fan_out))
+    W = next(p for n, p in model.named_parameters() if n.startswith("blocks.") and p.dim() > 1)
+    assert W.abs().max() <= math.sqrt(6 / sum(W.shape)) and W.std() > 0.5 * math.sqrt(2 / sum(W.shape))
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9] * 30)
+    with pytest.raises(ValueError, match="init must be one of"):
+        run_char_gpt(GPTConfig(**TINY), ids, ids[:50], steps=1, batch_size=4, lr=1e-3, init="he")
+    out = run_char_gpt(GPTConfig(**TINY), ids, ids[:50], steps=2, batch_size=4, lr=1e-3, init="xavier")
+    assert math.isfinite(out["val_loss"])
+
+
 def test_divergence_is_flagged():
     ids = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9] * 30)
     out = run_char_gpt(GPTConfig(**TINY), ids, ids[:50], steps=2, batch_size=4, lr=1e6)
@@ -135,3 +154,15 @@ def test_radam_rectification_matches_torch_radam():
     with pytest.raises(ValueError, match="count from 1"):
         radam_rectification(0, beta2)
 
+
+
+def test_both_optimizers_decay_matrices_only():
+    from utils.gpt import adamw
+    from utils.taming import make_optimizer
+
+    model = GPT(GPTConfig(**TINY))
+    for opt in (adamw(model, 1e-3, 0.1), make_optimizer(model, "adamw", 1e-3, weight_decay=0.1),
+                make_optimizer(model, "radam", 1e-3, weight_decay=0.1)):
+        decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+        for p in model.parameters():
+            assert (id(p) in decayed) == (p.dim() >= 2)

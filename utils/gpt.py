@@ -281,12 +281,17 @@ def train_lm(model: GPT, train_ids: Tensor, seconds: float, batch_size: int = 32
     return {**log, "tokens": log["steps"] * batch_size * T}
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (dim >= 2) only, as in GPT-2 and nanoGPT."""
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Optimizer parameter groups: weight decay on matrices (dim >= 2) only, as in GPT-2 and
+    nanoGPT; biases, layer-norm gains and other vectors are not decayed."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (`decay_groups`)."""
+    return torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
 
 
 # ---------------------------------------------------------------------------- subword tokens

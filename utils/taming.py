@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.attention import MultiHeadAttention
-from utils.gpt import GPT, GPTConfig, evaluate_lm, random_windows
+from utils.gpt import GPT, GPTConfig, decay_groups, evaluate_lm, random_windows
 from utils.schedules import WarmupCosine
 
 Tensor = torch.Tensor
@@ -37,12 +37,10 @@ OPTIMIZERS = ("adamw", "radam")
 
 def make_optimizer(model: nn.Module, name: str, lr: float, betas=(0.9, 0.98),
                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """AdamW or RAdam (both with decoupled weight decay on matrices only, as in `utils.gpt.adamw`)."""
+    """AdamW or RAdam, both with decoupled weight decay on matrices only (`utils.gpt.decay_groups`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    groups = decay_groups(model, weight_decay)
     if name == "radam":
         return torch.optim.RAdam(groups, lr=lr, betas=betas, decoupled_weight_decay=True)
     return torch.optim.AdamW(groups, lr=lr, betas=betas)
@@ -108,14 +106,31 @@ def _relative_change(before: list[Tensor], after: list[Tensor]) -> float:
     return math.sqrt(num / den)
 
 
+INITS = ("gpt2", "xavier")
+
+
+def xavier_init_(model: GPT) -> GPT:
+    """Re-initialize every weight matrix inside the blocks with Xavier-uniform, the 2017
+    Transformer's initialization (and `nn.Transformer`'s), in place of GPT-2's small one.
+    Embeddings, layer norms, biases and ReZero's alphas keep their values."""
+    for p in model.blocks.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    return model
+
+
 def run_char_gpt(cfg: GPTConfig, train_ids: Tensor, val_ids: Tensor, steps: int, batch_size: int,
                  lr: float, warmup_steps: int = 0, optimizer: str = "adamw", seed: int = 0,
-                 **kw) -> dict:
-    """Build `GPT(cfg)` from `seed`, train it with `train_steps` on random windows of
-    `train_ids` (N,), evaluate on `val_ids`. Returns the training log plus "val_loss" (nats),
-    "diverged" (bool) and the trained "model"."""
+                 init: str = "gpt2", **kw) -> dict:
+    """Build `GPT(cfg)` from `seed` (GPT-2's initialization, or `init="xavier"`: `xavier_init_`),
+    train it with `train_steps` on random windows of `train_ids` (N,), evaluate on `val_ids`.
+    Returns the training log plus "val_loss" (nats), "diverged" (bool) and the trained "model"."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     torch.manual_seed(seed)
     model = GPT(cfg)
+    if init == "xavier":
+        xavier_init_(model)
 
     def batch_loss(g: torch.Generator) -> Tensor:
         x, y = random_windows(train_ids, cfg.block_size, batch_size, g)  # (B, T) each
