@@ -155,7 +155,6 @@ def test_radam_rectification_matches_torch_radam():
         radam_rectification(0, beta2)
 
 
-
 def test_both_optimizers_decay_matrices_only():
     from utils.gpt import adamw
     from utils.taming import make_optimizer
