@@ -9,14 +9,15 @@ from utils.bptt import (
     bptt,
     make_streams,
     mean_ce_grad,
+    position_loss,
     rnn_forward,
     saved_activation_bytes,
     stream_loss,
     stream_windows,
-    train_tbptt,
+    train_truncated,
     with_spectral_radius,
 )
-from utils.rnn import CharLM
+from utils.rnn import CharLM, make_lm_loader
 
 
 def _weights(d, H, q, gen):
@@ -113,15 +114,27 @@ def test_saved_bytes_grow_with_window():
     assert 0 < small < large and large / small > 4
 
 
-def test_tbptt_overfits_a_tiny_stream():
+def test_train_truncated_learns_a_periodic_text_with_either_budget():
     torch.manual_seed(0)
     ids = torch.tensor([4, 5, 6, 7, 8] * 40)  # a periodic "text"
-    streams = make_streams(ids, 4)  # (4, 50)
+    loader = make_lm_loader(ids, seq_len=20, batch_size=3, seed=0)  # 3 batches of 3 sequences
+    x, y = next(iter(make_lm_loader(ids, seq_len=20, batch_size=8, shuffle=False)))
     model = CharLM(10, 16)
-    before = stream_loss(model, streams)
-    out = train_tbptt(model, streams, k=10, epochs=6, lr=3e-2, val_streams=streams)
-    assert out["updates"] == 6 * 5 and out["activation_bytes"] > 0
-    assert out["val_loss"][-1] < 0.1 < before
+    before = position_loss(model, x, y).mean()
+    out = train_truncated(model, loader, k=5, updates=60, lr=3e-2, val=(x, y), eval_every=20)
+    assert out["updates"] == 60 and out["chars"] == 60 * 3 * 5 and out["activation_bytes"] > 0
+    assert [u for u, _, _ in out["curve"]] == [20, 40, 60, 60]
+    assert out["curve"][-1][2] < 0.1 < before
+    timed = train_truncated(CharLM(10, 16), loader, k=20, seconds=0.05)
+    assert timed["time_s"] >= 0.05 and timed["updates"] >= 1
+    with pytest.raises(ValueError, match="exactly one budget"):
+        train_truncated(model, loader, k=5)
+
+
+def test_position_loss_shape_and_mode():
+    model = CharLM(vocab_size=5, hidden_size=4).train()
+    x = torch.randint(0, 5, (3, 7))
+    assert position_loss(model, x, x).shape == (7,) and model.training
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -205,3 +205,34 @@ def test_open_gates_rejects_other_layers():
 
     with pytest.raises(TypeError, match="nn.LSTM or nn.GRU"):
         open_gates_(nn.RNN(D, H))
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+def test_gated_cells_start_open_by_default(cell):
+    """The course's standard: every gated CharLM / SequenceClassifier starts with an open keep
+    gate (OPEN_GATE_BIAS), forget_bias=None keeps torch's init, plain RNNs are untouched."""
+    from utils.gated import OPEN_GATE_BIAS
+    from utils.rnn import CharLM
+    from utils.tasks import SequenceClassifier
+
+    for make in (lambda fb="open": CharLM(7, H, cell=cell, forget_bias=fb),
+                 lambda fb="open": SequenceClassifier(7, H, 3, cell, forget_bias=fb)):
+        torch.manual_seed(0)
+        opened = make().rnn
+        torch.manual_seed(0)
+        default = make(None).rnn
+        keep = opened.bias_ih_l0[H:2 * H] + opened.bias_hh_l0[H:2 * H]
+        if cell == "rnn":  # no gate: "open" changes nothing
+            assert all(torch.equal(a, b) for a, b in zip(opened.parameters(), default.parameters()))
+        else:
+            assert torch.equal(keep, torch.full((H,), OPEN_GATE_BIAS))
+            assert (default.bias_ih_l0[H:2 * H] + default.bias_hh_l0[H:2 * H]).abs().max() < 1
+
+
+def test_init_keep_gate_rejects_bad_values():
+    from utils.gated import init_keep_gate_
+
+    with pytest.raises(ValueError, match="forget_bias must be"):
+        init_keep_gate_(nn.LSTM(D, H), "wide open")
+    with pytest.raises(ValueError, match="for RNN"):
+        init_keep_gate_(nn.RNN(D, H), 2.0)

@@ -14,16 +14,17 @@ The backward recursion for the adjoints zeta_t = dL/dh_t is
 
 i.e. the Jacobian dh_{t+1}/dh_t = diag(phi'(a_{t+1})) W_hh, applied transposed.
 
-The second half handles a long character stream: `make_streams` lays it out as B parallel
-streams, `stream_windows` cuts them into windows of k steps, and `train_tbptt` carries the
-hidden state from one window to the next but detaches it, so gradients flow back at most k
-steps (truncated BPTT).
+The second half is truncated BPTT on character text: `make_streams` lays a long text out as
+B parallel streams and `stream_windows` cuts them into windows of k steps (`stream_loss`
+carries the state along them); `train_truncated` reads batches of sequences in windows of k
+steps, carrying the hidden state from one window to the next but detaching it, so gradients
+flow back at most k steps; `position_loss` shows how much context a trained model uses.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -219,30 +220,64 @@ def tbptt_update(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, 
     return loss.item(), detach_state(h)
 
 
-def train_tbptt(model: nn.Module, streams: torch.Tensor, k: int, epochs: int, lr: float = 3e-3,
-                clip: float | None = 1.0, val_streams: torch.Tensor | None = None) -> dict:
-    """Adam on windows of k steps (k >= S - 1 is full BPTT: one update per pass).
+def train_truncated(model: nn.Module, loader: Iterable, k: int, updates: int | None = None,
+                    seconds: float | None = None, lr: float = 3e-3, clip: float | None = 1.0,
+                    val: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    eval_every: int = 100) -> dict:
+    """Adam with truncated BPTT on batches of sequences, for `updates` steps or `seconds`.
 
-    Returns {"loss": per-update train losses, "val_loss": per epoch (if val_streams),
-    "epoch_time": cumulative training seconds per epoch, "updates": int, "time_s": training
-    seconds, "activation_bytes": saved-for-backward bytes of one window's graph}.
+    Each batch (x, y), both (B, S), is a set of sequences that start from a zero state. They
+    are read in windows of k steps (k >= S: ordinary full BPTT, one update per batch); the
+    state is carried from window to window but detached, and every window is one update.
+    Exactly one budget must be given; `loader` is cycled until it is spent. Returns
+    {"updates", "chars" (target characters trained on), "time_s" (training only),
+    "activation_bytes" (saved-for-backward bytes of one window's graph), "curve": a list of
+    (updates, seconds, validation loss on `val`) every `eval_every` updates and at the end}.
     """
+    if (updates is None) == (seconds is None):
+        raise ValueError("give exactly one budget: updates=... or seconds=...")
+    if k <= 0:
+        raise ValueError(f"window length k must be positive, got {k}")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    streams = streams.to(next(model.parameters()).device)  # (B, S)
-    x0, _ = next(stream_windows(streams, k))
-    params = list(model.parameters())
-    mem = saved_activation_bytes(lambda: model(x0), exclude=params)  # graph of one window
-    out: dict = {"loss": [], "val_loss": [], "epoch_time": [], "activation_bytes": mem}
-    trained = 0.0  # seconds spent training (validation excluded)
-    for _ in range(epochs):
-        start, h = time.perf_counter(), None  # every pass starts from a zero state
-        for x, y in stream_windows(streams, k):
-            loss, h = tbptt_update(model, opt, x, y, h, clip)
-            out["loss"].append(loss)
-        trained += time.perf_counter() - start
-        out["epoch_time"].append(trained)  # cumulative, to plot validation loss against time
-        if val_streams is not None:
-            out["val_loss"].append(stream_loss(model, val_streams))
-    out["time_s"] = trained
-    out["updates"] = len(out["loss"])
+    device = next(model.parameters()).device
+    x0, _ = next(iter(loader))
+    mem = saved_activation_bytes(lambda: model(x0[:, :k].to(device)), exclude=list(model.parameters()))
+    out: dict = {"updates": 0, "chars": 0, "time_s": 0.0, "activation_bytes": mem, "curve": []}
+
+    def spent() -> bool:
+        return out["updates"] >= updates if updates is not None else out["time_s"] >= seconds
+
+    while not spent():
+        for x, y in loader:
+            x, y, h = x.to(device), y.to(device), None  # (B, S) each; a fresh zero state
+            for j in range(0, x.shape[1], k):
+                start = time.perf_counter()
+                _, h = tbptt_update(model, opt, x[:, j:j + k], y[:, j:j + k], h, clip)
+                out["time_s"] += time.perf_counter() - start
+                out["updates"] += 1
+                out["chars"] += y[:, j:j + k].numel()
+                if val is not None and out["updates"] % eval_every == 0:
+                    out["curve"].append((out["updates"], out["time_s"], float(position_loss(model, *val).mean())))
+                if spent():
+                    break
+            if spent():
+                break
+    if val is not None:
+        out["curve"].append((out["updates"], out["time_s"], float(position_loss(model, *val).mean())))
     return out
+
+
+@torch.no_grad()
+def position_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy at each position (S,) of sequences x, y (B, S) read from a zero state.
+
+    Position t has t characters of context, so the curve shows how much longer context the
+    model has learned to use.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    logits, _ = model(x.to(device))  # (B, S, V)
+    loss = F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none")  # (B, S)
+    model.train(was_training)
+    return loss.mean(0).cpu()

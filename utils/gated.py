@@ -290,9 +290,30 @@ def recurrent_param_count(cell: str, input_size: int, hidden_size: int, num_laye
     return total
 
 
+OPEN_GATE_BIAS = 2.0  # the course's standard keep-gate bias: the gate starts near sigma(2) = 0.88
+
+
+def init_keep_gate_(rnn: nn.Module, forget_bias: float | str | None = "open") -> nn.Module:
+    """The course's initialization of a torch recurrent layer's "keep" gate, in place.
+
+    "open" (the default everywhere from notebook 04 on): gated layers (LSTM, GRU) get
+    `OPEN_GATE_BIAS` through `open_gates_`; a plain `nn.RNN` has no gate and is left alone.
+    A number: that bias (gated layers only). None: torch's own init (gates near 0.5), kept as
+    the cautionary baseline of notebooks 04 and 05.
+    """
+    gated = isinstance(rnn, (nn.LSTM, nn.GRU))
+    if forget_bias == "open":
+        return open_gates_(rnn, OPEN_GATE_BIAS) if gated else rnn
+    if forget_bias is None:
+        return rnn
+    if isinstance(forget_bias, str) or not gated:
+        raise ValueError(f"forget_bias must be 'open', None or a number for an LSTM/GRU layer, "
+                         f"got {forget_bias!r} for {type(rnn).__name__}")
+    return open_gates_(rnn, float(forget_bias))
+
 
 @torch.no_grad()
-def open_gates_(rnn: nn.LSTM | nn.GRU, bias: float = 1.0) -> nn.LSTM | nn.GRU:
+def open_gates_(rnn: nn.LSTM | nn.GRU, bias: float = OPEN_GATE_BIAS) -> nn.LSTM | nn.GRU:
     """Set the "keep" gate's bias of every layer and direction so the cell starts by remembering.
 
     LSTM: the forget gate, f = sigma(... + b_f), rows H..2H of torch's i, f, g, o blocks.

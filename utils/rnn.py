@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.gated import init_keep_gate_
+
 State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # nn.RNN/GRU: h; nn.LSTM: (h, c)
 
 
@@ -183,7 +185,8 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: 
 class CharLM(nn.Module):
     """Character language model: one-hot (or embedded) input -> nn.RNN/LSTM/GRU -> logits.
 
-    `forward(x (B, T) long, h=None) -> (logits (B, T, V), h)`. `h` is torch's state format
+    `forward(x (B, T) long, h=None) -> (logits (B, T, V), h)`. `forget_bias`: the keep-gate
+    init of an LSTM/GRU (`utils.gated.init_keep_gate_`; "open" is the course's standard). `h` is torch's state format
     ((L, B, H) tensor, or an (h, c) pair for the LSTM), so truncated BPTT can carry it
     from one window to the next (detach it first: `detach_state`).
     """
@@ -191,7 +194,8 @@ class CharLM(nn.Module):
     CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
     def __init__(self, vocab_size: int, hidden_size: int, num_layers: int = 1, cell: str = "rnn",
-                 embed_size: int | None = None, dropout: float = 0.0) -> None:
+                 embed_size: int | None = None, dropout: float = 0.0,
+                 forget_bias: float | str | None = "open") -> None:
         super().__init__()
         if cell not in self.CELLS:
             raise ValueError(f"cell must be one of {sorted(self.CELLS)}, got {cell!r}")
@@ -205,6 +209,7 @@ class CharLM(nn.Module):
                                     dropout=dropout if num_layers > 1 else 0.0)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(hidden_size, vocab_size)  # W_hq, b_q
+        init_keep_gate_(self.rnn, forget_bias)  # gated cells start open (notebook 04)
 
     def forward(self, x: torch.Tensor, h: State | None = None) -> tuple[torch.Tensor, State]:
         if x.dim() != 2:

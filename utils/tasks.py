@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.gated import open_gates_
+from utils.gated import init_keep_gate_
 
 CELLS = ("rnn", "irnn", "lstm", "gru")  # irnn: ReLU RNN with identity W_hh (Le et al., 2015)
 
@@ -46,14 +46,15 @@ class SequenceClassifier(nn.Module):
     """One-hot tokens -> torch recurrent layer (`.rnn`) -> linear head on the last state.
 
     `forward(x (B, T)) -> logits (B, C)`. `forget_bias` sets the bias of the gate that keeps
-    the state (the LSTM's forget gate, the GRU's update gate; see `utils.gated.open_gates_`),
-    e.g. 3 so that the gate starts near 0.95 and the cell remembers; None keeps torch's init.
+    the state (the LSTM's forget gate, the GRU's update gate; `utils.gated.init_keep_gate_`):
+    "open", the course's standard (ignored by the ungated cells), a number such as 3 (the gate
+    starts near 0.95), or None for torch's init (gates near 0.5, the cautionary baseline).
     With `return_states=True` it also returns `states` (B, T, H), the hidden states h_1 .. h_T, as a leaf tensor whose `.grad` after
     `backward()` is the *total* gradient dL/dh_t (see `_unrolled`).
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, n_classes: int, cell: str = "rnn",
-                 forget_bias: float | None = None):
+                 forget_bias: float | str | None = "open"):
         super().__init__()
         if cell not in CELLS:
             raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
@@ -71,10 +72,7 @@ class SequenceClassifier(nn.Module):
                 self.rnn.weight_hh_l0.copy_(torch.eye(hidden_size))
                 self.rnn.bias_hh_l0.zero_()
                 self.rnn.bias_ih_l0.zero_()
-        if forget_bias is not None:  # None keeps torch's init (gates near 0.5)
-            if cell not in ("lstm", "gru"):
-                raise ValueError(f"forget_bias applies to gated cells (lstm, gru), not {cell!r}")
-            open_gates_(self.rnn, forget_bias)  # LSTM forget gate / GRU update gate
+        init_keep_gate_(self.rnn, forget_bias)  # LSTM forget gate / GRU update gate
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
         if x.dim() != 2:
@@ -123,7 +121,7 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
                  n_train: int = 2048, n_val: int = 512, steps: int = 300, batch_size: int = 64,
                  lr: float = 3e-3, clip: float | None = 1.0, seed: int = 0,
                  device: str | torch.device = "cpu", n_classes: int = 4,
-                 n_noise: int = 4, forget_bias: float | None = None,
+                 n_noise: int = 4, forget_bias: float | str | None = "open",
                  optimizer: str = "adam") -> dict:
     """Train `SequenceClassifier(cell)` on the recall task for `steps` updates.
 
