@@ -185,10 +185,10 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: 
 class CharLM(nn.Module):
     """Character language model: one-hot (or embedded) input -> nn.RNN/LSTM/GRU -> logits.
 
-    `forward(x (B, T) long, h=None) -> (logits (B, T, V), h)`. `forget_bias`: the keep-gate
-    init of an LSTM/GRU (`utils.gated.init_keep_gate_`; "open" is the course's standard). `h` is torch's state format
-    ((L, B, H) tensor, or an (h, c) pair for the LSTM), so truncated BPTT can carry it
-    from one window to the next (detach it first: `detach_state`).
+    `forward(x (B, T) long, h=None) -> (logits (B, T, V), h)`. `h` is torch's state format
+    ((L, B, H) tensor, or an (h, c) pair for the LSTM), so truncated BPTT can carry it from
+    one window to the next (detach it first: `detach_state`). `forget_bias` is the keep-gate
+    init of an LSTM/GRU (`utils.gated.init_keep_gate_`; "open" is the course's standard).
     """
 
     CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
