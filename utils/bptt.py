@@ -247,23 +247,30 @@ def train_truncated(model: nn.Module, loader: Iterable, k: int, updates: int | N
     def spent() -> bool:
         return out["updates"] >= updates if updates is not None else out["time_s"] >= seconds
 
-    while not spent():
-        for x, y in loader:
-            x, y, h = x.to(device), y.to(device), None  # (B, S) each; a fresh zero state
-            for j in range(0, x.shape[1], k):
-                start = time.perf_counter()
-                _, h = tbptt_update(model, opt, x[:, j:j + k], y[:, j:j + k], h, clip)
-                out["time_s"] += time.perf_counter() - start
-                out["updates"] += 1
-                out["chars"] += y[:, j:j + k].numel()
-                if val is not None and out["updates"] % eval_every == 0:
-                    out["curve"].append((out["updates"], out["time_s"], float(position_loss(model, *val).mean())))
-                if spent():
-                    break
-            if spent():
-                break
-    if val is not None:
+    def evaluate() -> None:
         out["curve"].append((out["updates"], out["time_s"], float(position_loss(model, *val).mean())))
+
+    def windows() -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
+        """(x, y, starts_a_sequence) windows of k steps, cycling through the loader."""
+        while True:
+            for x, y in loader:  # (B, S) each
+                x, y = x.to(device), y.to(device)
+                for j in range(0, x.shape[1], k):
+                    yield x[:, j:j + k], y[:, j:j + k], j == 0
+
+    h = None
+    for x, y, fresh in windows():
+        if spent():
+            break
+        start = time.perf_counter()
+        _, h = tbptt_update(model, opt, x, y, None if fresh else h, clip)  # new sequences: zero state
+        out["time_s"] += time.perf_counter() - start
+        out["updates"] += 1
+        out["chars"] += y.numel()
+        if val is not None and out["updates"] % eval_every == 0:
+            evaluate()
+    if val is not None and (not out["curve"] or out["curve"][-1][0] != out["updates"]):
+        evaluate()  # the final model, unless it was just scored
     return out
 
 
