@@ -118,6 +118,16 @@ def test_augment_keeps_shape_and_shifts():
     assert torch.equal(augment(x, pad=0, flip=False), x)
 
 
+def test_train_classifier_passes_its_shift_to_augment(monkeypatch):
+    import utils.vit
+
+    pads = []
+    monkeypatch.setattr(utils.vit, "augment", lambda x, pad, generator=None: pads.append(pad) or x)
+    x, y = torch.randn(8, 2, 8, 8), torch.arange(8) % 3
+    train_classifier(tiny(), x, y, steps=3, batch_size=4, warmup_steps=1, pad=3)
+    assert pads == [3, 3, 3]  # notebook 11's recipe sets the shift; it must reach every update
+
+
 @pytest.mark.parametrize("make", ["vit", "cnn"])
 def test_tiny_seeded_overfit(make):
     g = torch.Generator().manual_seed(0)
