@@ -155,8 +155,9 @@ def test_tied_and_shared_embeddings():
 @pytest.mark.parametrize("cls", [Transformer, TorchTransformer])
 @pytest.mark.parametrize("shared", [True, False])
 def test_token_embeddings_start_as_large_as_the_positions(cls, shared):
-    """Regression: Xavier on the (V, E) token table made sqrt(E)-scaled token vectors 16x smaller
-    than the sinusoidal positions for V = 8000, E = 256, and notebook 09 trained far slower."""
+    """Regression: Xavier on the (V, E) token table made sqrt(E)-scaled token vectors (rms 0.25)
+    about 3x smaller than the sinusoidal positions (0.71) for V = 8000, E = 256, and notebook 09
+    trained far slower (BLEU 2.3 against 9.6 after 180 s)."""
     torch.manual_seed(0)
     cfg = TransformerConfig(src_vocab=8000, tgt_vocab=8000, d_model=256, n_heads=8, d_ff=32,
                             n_enc_layers=1, n_dec_layers=1, share_embeddings=shared, tie_output=shared)
