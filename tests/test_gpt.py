@@ -7,6 +7,7 @@ from utils.decoding import greedy_decode, sample
 from utils.gpt import (
     GPT,
     GPTConfig,
+    bf16_autocast,
     decoding_step,
     evaluate_lm,
     load_from_hf,
@@ -113,6 +114,24 @@ def test_train_lm_overfits_a_repeating_pattern():
                    bf16=False)
     assert log["steps"] == 60 and log["loss"][-1] < 0.2 < log["loss"][0]
     assert evaluate_lm(model, ids) < 0.5
+
+
+def test_train_lm_under_bf16_autocast_learns_and_keeps_float32_weights():
+    model = tiny()
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 6] * 30)
+    log = train_lm(model, ids, seconds=30, batch_size=8, lr=1e-2, warmup_steps=5, max_steps=60,
+                   bf16=True)
+    assert log["steps"] == 60 and log["loss"][-1] < 0.3 < log["loss"][0]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert abs(evaluate_lm(model, ids, bf16=True) - evaluate_lm(model, ids)) < 0.05
+
+
+def test_bf16_autocast_follows_the_model_device_and_is_a_no_op_when_off():
+    model = tiny()
+    with bf16_autocast(model, True):
+        assert torch.is_autocast_enabled("cpu")
+    with bf16_autocast(model.to("meta"), False):  # autocast has no meta device; off must not fail
+        assert not torch.is_autocast_enabled("cpu")
 
 
 def test_meta_device_forward():

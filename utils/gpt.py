@@ -19,6 +19,7 @@ Shapes: B batch, T tokens, V vocabulary, E = d_model, nh heads, L layers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -222,7 +223,7 @@ def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, bf16: bool = Fals
         ys = [y_all[s:s + T] for s in starts[i:i + batch_size]]
         x = nn.utils.rnn.pad_sequence(xs, batch_first=True)  # (B, T); only the last may be short
         y = nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-100)  # (B, T)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with bf16_autocast(model, bf16):
             logits = model(x.to(_device(model)))  # (B, T, V)
         nll = F.cross_entropy(logits.float().flatten(0, 1), y.to(logits.device).flatten(),
                               ignore_index=-100, reduction="sum")
@@ -234,6 +235,13 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def bf16_autocast(model: nn.Module, enabled: bool):
+    """bfloat16 autocast on the model's device (CPU or GPU), or a no-op when not `enabled`."""
+    if not enabled:  # also keeps devices autocast does not know (meta) working
+        return contextlib.nullcontext()
+    return torch.autocast(_device(model).type, dtype=torch.bfloat16)
+
+
 def train_for_time(model: nn.Module, batch_loss, seconds: float, lr: float = 2e-3,
                    warmup_steps: int = 100, min_lr_ratio: float = 0.1, weight_decay: float = 0.1,
                    clip: float = 1.0, bf16: bool = False, max_steps: int | None = None,
@@ -243,8 +251,8 @@ def train_for_time(model: nn.Module, batch_loss, seconds: float, lr: float = 2e-
     `batch_loss(generator) -> loss` draws a batch and returns its mean loss. The learning rate
     follows `warmup_cosine_factor` with progress = the share of the budget spent (time, or steps
     if `max_steps` ends first), so the cosine ends when the budget does. Weight decay applies to
-    matrices only; gradients are clipped to norm `clip`; `bf16` runs the forward pass under CPU
-    bfloat16 autocast (losses stay float32).
+    matrices only; gradients are clipped to norm `clip`; `bf16` runs the forward pass under
+    bfloat16 autocast on the model's device, CPU or GPU (losses stay float32).
     Returns {"loss": per-step train losses, "lr": per-step rates, "steps", "train_s"}.
     """
     opt = adamw(model, lr, weight_decay)
@@ -256,7 +264,7 @@ def train_for_time(model: nn.Module, batch_loss, seconds: float, lr: float = 2e-
         rate = lr * warmup_cosine_factor(step, warmup_steps, frac, min_lr_ratio)
         for group in opt.param_groups:
             group["lr"] = rate
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with bf16_autocast(model, bf16):
             loss = batch_loss(g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
