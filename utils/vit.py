@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 11)
+from utils.gpt import adamw, bf16_autocast, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 11)
 from utils.schedules import warmup_cosine_factor
 from utils.transformer import Encoder, EncoderConfig, LearnedPositions
 
@@ -289,7 +289,7 @@ def evaluate_classifier(model: nn.Module, x: Tensor, y: Tensor, batch_size: int 
     model.eval()
     correct = 0
     for i in range(0, len(y), batch_size):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with bf16_autocast(model, bf16):
             logits = model(x[i:i + batch_size])  # (b, K)
         correct += int((logits.argmax(-1) == y[i:i + batch_size]).sum())
     return correct / len(y)
@@ -342,7 +342,7 @@ def _update(model: nn.Module, opt, xb: Tensor, yb: Tensor, aug: bool, pad: int, 
     """One training step on a batch xb (B, C, H, W), yb (B,); returns the batch's mean loss."""
     model.train()
     xb = augment(xb, pad, generator=g) if aug else xb  # (B, C, H, W)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(model, bf16):
         logits = model(xb)  # (B, K)
     loss = F.cross_entropy(logits.float(), yb)  # float32 even under autocast
     opt.zero_grad(set_to_none=True)
