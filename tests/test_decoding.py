@@ -115,6 +115,17 @@ def test_sampling_top_k_one_equals_greedy_and_temperature_matters():
     assert len({tuple(r) for r in a.tolist()}) < len({tuple(r) for r in b.tolist()})
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cpu_generator_samples_a_gpu_model_like_the_cpu_model():
+    # a CPU generator used to fail on CUDA probabilities inside torch.multinomial
+    model = TinyLM().eval()
+    with torch.no_grad():
+        on_cpu, on_gpu = (sample(m.step, prefixes(4).to(d), m.start(4, d), 8, None,
+                                 generator=torch.Generator().manual_seed(0))
+                          for m, d in ((model, "cpu"), (TinyLM().eval().cuda(), "cuda")))
+    assert on_gpu.device.type == "cuda" and torch.equal(on_cpu, on_gpu.cpu())
+
+
 def test_decoding_rejects_bad_arguments():
     step = table_step(torch.zeros(V, V))
     with pytest.raises(ValueError, match="prefix"):

@@ -99,7 +99,9 @@ def sample(step: StepFn, prefix: Tensor, state: State, max_len: int,
             kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
             logits = logits.masked_fill(logits < kth, float("-inf"))  # keep the k best
         probs = torch.softmax(logits, dim=-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)
+        # draw where the generator lives (a CPU generator seeds a GPU model's samples too)
+        where = generator.device if generator is not None else probs.device
+        return torch.multinomial(probs.to(where), 1, generator=generator)[:, 0].to(probs.device)  # (B,)
 
     return _generate(step, prefix, state, max_len, eos_id, pad_id, choose)
 
