@@ -187,6 +187,24 @@ def test_forward_and_decoding_on_meta_device():
     assert out.device.type == "meta" and out.shape == (2, 4)
 
 
+@torch.no_grad()
+def test_cached_decoding_under_bf16_autocast_stays_close_to_recomputation():
+    # notebook 09 decodes under autocast when it is faster (its fast mode may never take that
+    # path): the cache must still work there, equal to recomputation up to bfloat16 rounding
+    model = tiny_model()
+    src, src_mask, _ = batch()
+    prefix = torch.full((3, 1), 2, dtype=torch.long)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cached = greedy_decode(model.step, prefix, model.start(src, src_mask), 12)
+        state, steps = model.start(src, src_mask), []
+        for t in range(1, cached.shape[1]):
+            log_probs, state = model.step(cached[:, :t], state)
+            steps.append(log_probs.float())
+        ref = torch.log_softmax(model(src, src_mask, cached[:, :-1]).float(), -1)  # (B, T, V)
+    assert cached.shape == (3, 13) and torch.isfinite(torch.stack(steps)).all()
+    assert (torch.stack(steps, 1) - ref).abs().max().item() < 0.1  # bfloat16 keeps ~3 digits
+
+
 def test_torch_reference_decodes_under_cpu_autocast():
     # nn.TransformerEncoder's inference fast path ignores CPU autocast; encode must avoid it
     ref = tiny_model(cls=TorchTransformer)
