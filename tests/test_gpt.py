@@ -113,7 +113,7 @@ def test_train_lm_overfits_a_repeating_pattern(bf16):
     ids = torch.tensor([0, 1, 2, 3, 4, 5, 6] * 30)
     log = train_lm(model, ids, seconds=30, batch_size=8, lr=1e-2, warmup_steps=5, max_steps=60,
                    bf16=bf16)
-    assert log["steps"] == 60 and log["loss"][-1] < 0.3 < log["loss"][0]
+    assert log["steps"] == 60 and log["loss"][-1] < 0.2 < log["loss"][0]
     assert evaluate_lm(model, ids) < 0.5
     # autocast changes the arithmetic, not the model: weights stay float32, evaluations agree
     assert all(p.dtype == torch.float32 for p in model.parameters())
