@@ -122,37 +122,15 @@ def test_cross_references_name_the_right_notebook(path):
     assert not wrong, "\n".join(wrong)
 
 
-def _utils_namespace(cells: list[dict]) -> dict:
-    """The names a notebook imports from utils (its own `from utils... import` statements)."""
-    import ast
-
-    ns: dict = {}
-    for cell in cells:
-        try:
-            tree = ast.parse("".join(cell["source"]))
-        except SyntaxError:  # cells with IPython magics
-            continue
-        imports = [n for n in tree.body if isinstance(n, ast.ImportFrom)
-                   and (n.module or "").split(".")[0] == "utils"]
-        exec(compile(ast.Module(imports, type_ignores=[]), "<imports>", "exec"), ns)
-    return ns
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_displayed_sources_are_current(path):
     """Every `show_source(...)` output shows the code as it is now in utils, not an old copy."""
-    from utils.show import source_of
+    from utils.show import shown_sources, source_of
 
-    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    shown = [c for c in code if re.fullmatch(r"show_source\([^\n]*\)(\s*#[^\n]*)?",
-                                             "".join(c["source"]).strip())]
-    if not shown:
-        return
-    ns = _utils_namespace(code)
-    for cell in shown:
-        call = "".join(cell["source"]).split("#")[0].strip()
-        args = eval(call.replace("show_source", "(lambda *a: a)", 1), ns)
+    for cell, args in shown_sources(json.loads(path.read_text())["cells"]):
+        call = "".join(cell["source"]).strip()
         outputs = [o["data"]["text/plain"] for o in cell["outputs"] if "text/plain" in o.get("data", {})]
         assert outputs, f"{call} has no output: re-run the notebook"
         assert "".join(outputs[0]).strip() == source_of(*args).strip(), (
-            f"{path.name}: the output of {call} is older than the code in utils; re-run the notebook")
+            f"{path.name}: the output of {call} is older than the code in utils; "
+            f"run `python -m utils.show notebooks/{path.name}`")

@@ -17,3 +17,24 @@ def test_show_source_renders_code():
 def test_builtins_get_a_clear_error():
     with pytest.raises(TypeError, match="cannot show the source"):
         source_of(len)
+
+
+def test_refresh_rewrites_a_stale_shown_source(tmp_path):
+    """`python -m utils.show` re-renders a stale show_source output from the current code."""
+    import json
+
+    from utils.show import refresh, source_of
+
+    cell = {"cell_type": "code", "execution_count": 3, "metadata": {}, "outputs": [
+        {"data": {"text/plain": ["old"]}, "execution_count": 3, "metadata": {}, "output_type": "execute_result"}],
+        "source": ["show_source(seed_everything)"]}
+    imports = {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [],
+               "source": ["from utils.settings import seed_everything"]}
+    nb = {"cells": [imports, cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    assert refresh(path) == 1 and refresh(path) == 0
+    out = json.loads(path.read_text())["cells"][1]["outputs"][0]
+    from utils.settings import seed_everything
+    assert "".join(out["data"]["text/plain"]).strip() == source_of(seed_everything).strip()
+    assert out["execution_count"] == 3 and "text/html" in out["data"]

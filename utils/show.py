@@ -1,9 +1,20 @@
-"""Show the code a notebook teaches: one `utils` definition at a time, syntax-highlighted."""
+"""Show the code a notebook teaches: one `utils` definition at a time, syntax-highlighted.
+
+`python -m utils.show NB...` re-renders the stored output of every `show_source(...)` cell from
+the code as it is now, without executing the notebook (a test fails when one is stale).
+"""
 
 from __future__ import annotations
 
+import ast
 import inspect
+import json
+import re
+import sys
 import textwrap
+from pathlib import Path
+
+SHOW_CALL = re.compile(r"show_source\([^\n]*\)(\s*#[^\n]*)?")
 
 
 def source_of(obj, member: str | None = None) -> str:
@@ -25,3 +36,54 @@ def show_source(obj, member: str | None = None):
     from IPython.display import Code  # local import: only notebooks need IPython
 
     return Code(source_of(obj, member), language="python")
+
+
+# ---------------------------------------------------------------------------- stored outputs
+def utils_namespace(cells: list[dict]) -> dict:
+    """The names a notebook imports from utils (its own `from utils... import` statements)."""
+    ns: dict = {}
+    for cell in cells:
+        try:
+            tree = ast.parse("".join(cell["source"]))
+        except SyntaxError:  # cells with IPython magics
+            continue
+        imports = [n for n in tree.body if isinstance(n, ast.ImportFrom)
+                   and (n.module or "").split(".")[0] == "utils"]
+        exec(compile(ast.Module(imports, type_ignores=[]), "<imports>", "exec"), ns)
+    return ns
+
+
+def shown_sources(cells: list[dict]) -> list[tuple[dict, tuple]]:
+    """(cell, show_source arguments) for every code cell that is just a `show_source(...)` call."""
+    code = [c for c in cells if c["cell_type"] == "code"]
+    shown = [c for c in code if SHOW_CALL.fullmatch("".join(c["source"]).strip())]
+    ns = utils_namespace(code) if shown else {}
+    calls = ["".join(c["source"]).split("#")[0].strip() for c in shown]
+    return [(c, eval(call.replace("show_source", "(lambda *a: a)", 1), ns))
+            for c, call in zip(shown, calls)]
+
+
+def refresh(path: Path) -> int:
+    """Rewrite the stored outputs of `path`'s show_source cells from the current code; returns
+    how many changed. Execution counts and every other cell stay as they are."""
+    from IPython.core.formatters import DisplayFormatter
+
+    nb = json.loads(Path(path).read_text())
+    changed = 0
+    for cell, args in shown_sources(nb["cells"]):
+        data, _ = DisplayFormatter().format(show_source(*args))
+        data = {k: v.splitlines(keepends=True) for k, v in sorted(data.items())}
+        old = cell["outputs"][0] if cell["outputs"] else None
+        if old is None or old.get("data") != data:
+            count = cell.get("execution_count")
+            cell["outputs"] = [{"data": data, "execution_count": count, "metadata": {},
+                                "output_type": "execute_result"}]
+            changed += 1
+    if changed:
+        Path(path).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return changed
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        print(f"{name}: {refresh(Path(name))} shown sources re-rendered")
