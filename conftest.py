@@ -1,7 +1,25 @@
-"""Test settings: fast mode and no progress bars, also for the notebook kernels nbval starts."""
+"""Test settings: fast mode and no progress bars, also for the notebook kernels nbval starts.
+
+On a machine without a GPU the notebooks run on `cpu:0` with `SEQ_DEVICE_CHECK=1`: the CPU
+under another name, so every number is the same, while `utils.devicecheck` fails any cell that
+leaves a model or tensor off `run.device` (what would break, or quietly stay on the CPU, on a
+GPU). With a GPU they run on it for real.
+"""
 
 import os
 
 os.environ.setdefault("SEQ_FAST", "1")  # `SEQ_FAST=0 pytest` runs the notebooks in full mode
 os.environ["SEQ_QUIET"] = "1"
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return torch.cuda.is_available() or bool(mps and mps.is_available())
+
+
+if "SEQ_DEVICE" not in os.environ and not _has_accelerator():
+    os.environ["SEQ_DEVICE"] = "cpu:0"
+    os.environ["SEQ_DEVICE_CHECK"] = "1"

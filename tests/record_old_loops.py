@@ -24,9 +24,21 @@ def fake_time(module_name, model):
     return mp
 
 
+def without_progress_bar():
+    """Old `fit` wrapped every epoch in tqdm.auto, whose asyncio base calls iter() on the
+    loader in __init__ and again in __iter__: each epoch and each evaluation made an unused
+    DataLoader iterator, which draws a seed (from the loader's generator, or the global RNG)
+    and so shifted shuffles and dropout masks. That side effect is switched off here: what is
+    recorded is the loop's arithmetic, which the one loop must reproduce."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr("utils.train.progress", lambda iterable, **kw: iterable)
+    return mp
+
+
 def record_fit():
     from utils.train import fit
 
+    mp = without_progress_bar()
     train, val, model = lc.toy_features()
     batch_losses = []
 
@@ -42,6 +54,7 @@ def record_fit():
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=3 * len(train))
     h = fit(model, train, step, opt, 3, val_loader=val, clip=0.5, scheduler=sched)
+    mp.undo()
     return {"loss": batch_losses, **{k: lc.floats(v) for k, v in h.items() if k != "epoch_time"}}
 
 
@@ -58,7 +71,7 @@ def record_fit_for_time(bf16):
 def record_train_translator():
     from utils.seq2seq import train_translator
 
-    mp = pytest.MonkeyPatch()
+    mp = without_progress_bar()
     data = lc.toy_translation(mp, shared=False)
     model = lc.rnn_translator(data)
     import utils.seq2seq as s2s

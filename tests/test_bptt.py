@@ -122,11 +122,11 @@ def test_train_truncated_learns_a_periodic_text_with_either_budget():
     model = CharLM(10, 16)
     before = position_loss(model, x, y).mean()
     out = train_truncated(model, loader, k=5, updates=60, lr=3e-2, val=(x, y), eval_every=20)
-    assert out["updates"] == 60 and out["chars"] == 60 * 3 * 5 and out["activation_bytes"] > 0
-    assert [u for u, _, _ in out["curve"]] == [20, 40, 60]  # the final model scored once
-    assert out["curve"][-1][2] < 0.1 < before
+    assert out["updates"] == 60 and out["items"] == 60 * 3 * 5 and out["activation_bytes"] > 0
+    assert out["eval_update"] == [20, 40, 60]  # the final model scored once
+    assert out["val_loss"][-1] < 0.1 < before
     timed = train_truncated(CharLM(10, 16), loader, k=20, seconds=0.05)
-    assert timed["time_s"] >= 0.05 and timed["updates"] >= 1
+    assert timed["train_s"] >= 0.05 and timed["updates"] >= 1
     with pytest.raises(ValueError, match="exactly one budget"):
         train_truncated(model, loader, k=5)
 

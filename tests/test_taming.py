@@ -5,14 +5,13 @@ import math
 import pytest
 import torch
 
-from utils.gpt import GPT, GPTConfig, random_windows
+from utils.gpt import GPT, GPTConfig
 from utils.taming import (
     block_grad_norms,
     layer_norm_jacobian_norm,
     qkv_grad_norms,
     radam_rectification,
     run_char_gpt,
-    train_steps,
     xavier_init_,
 )
 from utils.transformer import Encoder, EncoderBlock, EncoderConfig, ReZeroBlock, make_block
@@ -66,18 +65,15 @@ def test_rezero_gpt_forward_on_meta_device():
     assert logits.device.type == "meta" and logits.shape == (2, 8, 11) and loss.shape == ()
 
 
-def test_train_steps_logs_and_same_batches_for_every_arm():
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY))
-    data = torch.randint(0, 11, (200,))
-
-    def batch_loss(g):
-        return model(*random_windows(data, 8, 4, g))[1]
-
-    log = train_steps(model, batch_loss, steps=6, lr=1e-2, warmup_steps=3)
-    assert log["steps"] == 6 and len(log["update_ratio"]) == 6 and len(log["grad_qkv"][0]) == 3
+def test_run_char_gpt_logs_diagnostics_and_every_arm_sees_the_same_batches():
+    data = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(0))
+    runs = [run_char_gpt(GPTConfig(**TINY, norm_first=nf), data, data[:50], steps=6, batch_size=4,
+                         lr=1e-2, warmup_steps=3) for nf in (True, True, False)]
+    log = runs[0]
+    assert log["updates"] == 6 and len(log["update_ratio"]) == 6 and len(log["grad_qkv"][0]) == 3
     assert log["lr"][:3] == pytest.approx([1e-2 / 3, 2e-2 / 3, 1e-2])  # linear warm-up
-    assert all(r > 0 for r in log["update_ratio"])
+    assert all(r > 0 for r in log["update_ratio"]) and len(log["grad_blocks"][0]) == TINY["n_layers"]
+    assert runs[0]["loss"] == runs[1]["loss"] != runs[2]["loss"]  # same seed, same batches
 
 
 def test_run_char_gpt_overfits_a_repeated_string_and_radam_runs():
@@ -87,7 +83,7 @@ def test_run_char_gpt_overfits_a_repeated_string_and_radam_runs():
     assert out["val_loss"] < 1.0 and not out["diverged"]
     out = run_char_gpt(GPTConfig(**TINY, block="rezero"), ids, ids[:50], steps=3, batch_size=4,
                        lr=1e-3, optimizer="radam")
-    assert out["steps"] == 3 and math.isfinite(out["val_loss"])
+    assert out["updates"] == 3 and math.isfinite(out["val_loss"])
 
 
 def test_xavier_init_touches_only_block_matrices_and_bad_init_is_refused():

@@ -61,7 +61,7 @@ def test_forget_bias_and_bad_cell():
 
 def test_train_recall_solves_a_short_distance():
     out = train_recall("rnn", distance=3, hidden_size=16, n_train=256, n_val=128, steps=60,
-                       lr=3e-2, seed=0)
+                       lr=3e-2, seed=0, device="cpu")
     assert out["val_acc"] > 0.95 and len(out["history"]["loss"]) == 60
 
 

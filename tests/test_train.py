@@ -24,11 +24,159 @@ def test_fit_overfits_a_toy_problem_and_records_history(capsys):
     torch.manual_seed(0)
     model, loader = nn.Linear(3, 2), _toy_problem()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    history = fit(model, loader, _step, opt, epochs=15, val_loader=loader, clip=1.0)
-    assert set(history) == {"train_loss", "train_acc", "val_loss", "val_acc", "epoch_time"}
-    assert len(history["val_loss"]) == 15
-    assert history["val_loss"][-1] < history["val_loss"][0] and history["val_acc"][-1] > 0.9
-    assert "epoch 15/15" in capsys.readouterr().out
+    log = fit(model, loader, _step, opt, epochs=15, val_loader=loader, clip=1.0)
+    per_update = {"loss", "lr", "grad_norm"}
+    per_eval = {"eval_update", "eval_train_s", "train_loss", "train_acc", "val_loss", "val_acc"}
+    assert set(log) == per_update | per_eval | {"updates", "epochs", "items", "train_s"}
+    assert all(len(log[k]) == 60 for k in per_update) and all(len(log[k]) == 15 for k in per_eval)
+    assert log["updates"] == 60 and log["epochs"] == 15 and log["items"] == 15 * 64
+    assert log["eval_update"] == list(range(4, 61, 4))
+    assert log["val_loss"][-1] < log["val_loss"][0] and log["val_acc"][-1] > 0.9
+    assert "epoch 15/15" in capsys.readouterr().out and not model.training
+
+
+def _random_batches(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        x = torch.randn(8, 3, generator=g)
+        yield x, (x[:, 0] > 0).long()
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Training time = number of training forward passes (validation is not counted)."""
+    import types
+
+    import utils.train
+
+    clock = {"t": 0.0}
+
+    def tick(model, batch):
+        clock["t"] += model.training
+        return _step(model, batch)
+
+    monkeypatch.setattr(utils.train, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))
+    return tick
+
+
+def test_budgets_updates_epochs_and_a_seconds_cap(fake_clock):
+    model, loader = nn.Linear(3, 2), _toy_problem()  # 4 batches per epoch
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert fit(model, _random_batches(), _step, opt, updates=7, log_every=None)["updates"] == 7
+    assert fit(model, loader, _step, opt, epochs=2, log_every=None)["updates"] == 8
+    capped = fit(model, loader, fake_clock, opt, epochs=5, seconds=6, log_every=None)
+    assert capped["updates"] == 6 and capped["train_s"] == 6 and capped["epochs"] == 1.5
+    timed = fit(model, _random_batches(), fake_clock, opt, seconds=5, log_every=None)
+    assert timed["updates"] == 5 and timed["epochs"] is None  # an endless source has no epochs
+
+
+def test_schedule_progress_is_the_share_of_the_budget_that_ends_the_run(fake_clock):
+    model = nn.Linear(3, 2)
+    seen = []
+
+    def schedule(step, progress):
+        seen.append((step, progress))
+        return 1.0
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fit(model, _random_batches(), _step, opt, updates=4, schedule=schedule, log_every=None)
+    assert seen == [(0, 0.0), (1, 0.25), (2, 0.5), (3, 0.75)]
+    seen.clear()  # 10 updates, but a 4-second cap ends the run first: progress follows time
+    fit(model, _random_batches(), fake_clock, opt, updates=10, seconds=4, schedule=schedule, log_every=None)
+    assert seen == [(0, 0.0), (1, 0.25), (2, 0.5), (3, 0.75)]
+
+
+def test_schedule_function_and_lr_scheduler_set_the_rate_of_each_update():
+    from utils.schedules import WarmupCosine, warmup_cosine
+
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    by_function = fit(model, _random_batches(), _step, opt, updates=6, log_every=None,
+                      schedule=lambda s, p: warmup_cosine(2)(s, (s - 2) / 4))["lr"]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    by_scheduler = fit(model, _random_batches(), _step, opt, updates=6, log_every=None,
+                       schedule=WarmupCosine(opt, 2, 6))["lr"]
+    assert by_function == pytest.approx(by_scheduler) and by_function[:2] == pytest.approx([0.05, 0.1])
+
+
+def test_eval_every_keep_best_and_the_final_validation():
+    torch.manual_seed(0)
+    model, loader = nn.Linear(3, 2), _toy_problem()
+    scores = iter([0.3, 0.9, 0.5, 0.4])
+    weights = []
+
+    def validate(m):
+        weights.append(m.weight.detach().clone())
+        return {"acc": next(scores)}
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    log = fit(model, _random_batches(), _step, opt, updates=10, validate=validate, eval_every=3,
+              keep_best=("val_acc", "max"), log_every=None)
+    assert log["eval_update"] == [3, 6, 9, 10] and log["val_acc"] == [0.3, 0.9, 0.5, 0.4]
+    assert log["best_update"] == 6 and torch.equal(model.weight, weights[1])
+    with pytest.raises(ValueError, match="keep_best names 'val_loss'"):
+        fit(model, _random_batches(), _step, opt, updates=2, validate=lambda m: {"acc": 0.5},
+            keep_best=("val_loss", "min"), log_every=None)
+
+
+def test_hooks_see_the_gradients_and_the_update():
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    log = fit(model, _random_batches(), _step, opt, updates=3, log_every=None,
+              on_gradients=lambda m: {"g": float(m.weight.grad.norm())},
+              on_update=lambda m: {"w": float(m.weight.detach().norm())})
+    assert len(log["g"]) == len(log["w"]) == 3 and log["w"][-1] == pytest.approx(float(model.weight.detach().norm()))
+
+
+def test_a_non_finite_loss_stops_the_run():
+    model = nn.Linear(3, 2)
+
+    def step(m, batch):
+        return {"loss": _step(m, batch)["loss"] * float("nan"), "n": 8}
+
+    log = fit(model, _random_batches(), step, torch.optim.SGD(model.parameters(), lr=0.1), updates=50,
+              log_every=None)
+    assert log["updates"] == 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "give a budget"), ({"updates": 3, "epochs": 1}, "not both"), ({"updates": 0}, "positive"),
+])
+def test_fit_refuses_a_bad_budget(kwargs, match):
+    model = nn.Linear(3, 2)
+    with pytest.raises(ValueError, match=match):
+        fit(model, _toy_problem(), _step, torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
+    with pytest.raises(ValueError, match="endless batch source"):
+        fit(model, _random_batches(), _step, torch.optim.SGD(model.parameters(), lr=0.1), epochs=1)
+    with pytest.raises(ValueError, match="no batches"):
+        fit(model, [], _step, torch.optim.SGD(model.parameters(), lr=0.1), epochs=1)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_autocast_precisions_train_in_float32_weights(precision):
+    torch.manual_seed(0)
+    model, loader = nn.Linear(3, 2), _toy_problem()
+    log = fit(model, loader, _step, torch.optim.SGD(model.parameters(), lr=0.5), epochs=5,
+              precision=precision, log_every=None)
+    assert model.weight.dtype == torch.float32 and log["train_loss"][-1] < log["train_loss"][0]
+    with pytest.raises(ValueError, match="precision must be one of"):
+        fit(model, loader, _step, torch.optim.SGD(model.parameters(), lr=0.5), epochs=1, precision="fp8")
+
+
+def test_to_device_moves_nested_batches():
+    from collections import namedtuple
+
+    from utils.text import Batch
+    from utils.train import to_device
+
+    Pair = namedtuple("Pair", "x y")
+    meta = torch.device("meta")
+    batch = {"a": (torch.zeros(2), [torch.ones(1)]), "p": Pair(torch.zeros(1), 3), "flag": True,
+             "b": Batch(torch.zeros(1, 2, dtype=torch.long), torch.ones(1, dtype=torch.long),
+                        torch.ones(1, 2, dtype=torch.bool))}
+    moved = to_device(batch, meta)
+    assert moved["a"][0].is_meta and moved["a"][1][0].is_meta and isinstance(moved["p"], Pair)
+    assert moved["p"].x.is_meta and moved["p"].y == 3 and moved["flag"] is True and moved["b"].tokens.is_meta
 
 
 def test_evaluate_weights_batches_by_item_count():

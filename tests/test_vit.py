@@ -124,7 +124,7 @@ def test_train_classifier_passes_its_shift_to_augment(monkeypatch):
     pads = []
     monkeypatch.setattr(utils.vit, "augment", lambda x, pad, generator=None: pads.append(pad) or x)
     x, y = torch.randn(8, 2, 8, 8), torch.arange(8) % 3
-    train_classifier(tiny(), x, y, steps=3, batch_size=4, warmup_steps=1, pad=3)
+    train_classifier(tiny(), x, y, 3, batch_size=4, warmup_steps=1, pad=3)
     assert pads == [3, 3, 3]  # notebook 11's recipe sets the shift; it must reach every update
 
 
@@ -135,8 +135,8 @@ def test_tiny_seeded_overfit(make):
     y = torch.arange(12) % 3
     torch.manual_seed(0)
     model = tiny() if make == "vit" else SmallCNN((16, 32), in_channels=2, n_classes=3, dropout=0.0)
-    log = train_classifier(model, x, y, steps=60, batch_size=12, lr=1e-2, warmup_steps=5,
-                           weight_decay=0.0, aug=False)
+    log = train_classifier(model, x, y, 60, batch_size=12, lr=1e-2, warmup_steps=5,
+                           weight_decay=0.0, pad=0)
     with torch.no_grad():
         loss = F.cross_entropy(model(x), y).item()
     assert log["loss"][0] > 0.9 and log["loss"][-1] < 0.05, log["loss"][::10]
@@ -144,9 +144,9 @@ def test_tiny_seeded_overfit(make):
     assert param_count(model) > 0
 
 
-def test_time_budget_ends_training_and_the_schedule():
+def test_a_seconds_cap_ends_training_and_the_final_model_is_validated():
     x, y = torch.randn(16, 2, 8, 8), torch.arange(16) % 3
-    log = train_classifier(tiny(), x, y, steps=10**6, seconds=0.3, batch_size=8, warmup_steps=2,
-                           eval_every=5, x_eval=x, y_eval=y)
-    assert 0 < log["steps"] < 10**6 and 0.3 <= log["train_s"] < 1.0
-    assert log["eval_step"][-1] == log["steps"]  # the final model is always evaluated
+    log = train_classifier(tiny(), x, y, 10**6, seconds=0.3, batch_size=8, warmup_steps=2,
+                           eval_every=5, x_val=x, y_val=y)
+    assert 0 < log["updates"] < 10**6 and 0.3 <= log["train_s"] < 1.0
+    assert log["eval_update"][-1] == log["updates"] and log["epochs"] == log["updates"] * 8 / 16

@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from utils.schedules import warmup_cosine
+from utils.train import fit
 from utils.transformer import ACTIVATIONS, Encoder, EncoderConfig, LayerNorm, LearnedPositions
 
 Tensor = torch.Tensor
@@ -247,16 +249,23 @@ def mlm_loss(model: BertMLM, ids: Tensor, mask_id: int, p: float = 0.15,
     return loss, logits, labels
 
 
-def train_mlm(model: BertMLM, ids: Tensor, seconds: float, block: int = 128, batch_size: int = 32,
-              mask_id: int = 0, p: float = 0.15, **kw) -> dict:
-    """Masked-LM pre-training on random windows of the token stream `ids` (N,) for a time budget.
+def train_mlm(model: BertMLM, ids: Tensor, *, updates: int | None = None, seconds: float | None = None,
+              block: int = 128, batch_size: int = 32, mask_id: int = 0, p: float = 0.15,
+              lr: float = 2e-3, warmup_steps: int = 100, min_lr_ratio: float = 0.1,
+              weight_decay: float = 0.1, clip: float = 1.0, precision: str = "fp32", seed: int = 0,
+              log_every: int | None = None) -> dict:
+    """Masked-LM pre-training on random windows of the token stream `ids` (N,), through
+    `utils.train.fit` with the GPT's recipe (`utils.gpt.train_lm`: AdamW, warm-up + cosine,
+    clipping). One generator draws the windows and the masks, so a seed fixes both."""
+    from utils.gpt import adamw, random_batches
 
-    Uses `utils.gpt.train_for_time` (AdamW, warm-up + cosine, clipping); `kw` goes to it.
-    """
-    from utils.gpt import random_windows, train_for_time
+    g = torch.Generator().manual_seed(seed)
 
-    def batch_loss(g: torch.Generator) -> Tensor:
-        x, _ = random_windows(ids, block, batch_size, g)  # (B, T); the shifted targets are unused
-        return mlm_loss(model, x, mask_id, p, g)[0]
+    def step(m: BertMLM, batch) -> dict:
+        x, _ = batch  # (B, T); the shifted targets are unused
+        loss, _, labels = mlm_loss(m, x, mask_id, p, g)
+        return {"loss": loss, "n": int((labels != -100).sum())}
 
-    return train_for_time(model, batch_loss, seconds, **kw)
+    return fit(model, random_batches(ids, block, batch_size, g), step, adamw(model, lr, weight_decay),
+               updates=updates, seconds=seconds, schedule=warmup_cosine(warmup_steps, min_lr_ratio),
+               clip=clip, precision=precision, log_every=log_every)

@@ -23,7 +23,6 @@ flow back at most k steps; `position_loss` shows how much context a trained mode
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.rnn import clip_grad_norm, detach_state
+from utils.train import fit
 
 ACTIVATIONS = ("identity", "tanh")
 
@@ -203,75 +203,56 @@ def stream_loss(model: nn.Module, streams: torch.Tensor, k: int = 256) -> float:
     return total / n
 
 
-def tbptt_update(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                 h, clip: float | None) -> tuple[float, object]:
-    """One truncated-BPTT step on a window: forward from state h, backward, update.
+def tbptt_step():
+    """A `utils.train.fit` step for truncated BPTT on (x, y, starts_a_sequence) windows.
 
-    Returns the loss and the new state, detached: the next window starts from its value but
-    its graph ends here, so no gradient flows back more than one window.
+    The step keeps the hidden state between calls: a window continues from the previous
+    window's final state, detached, so the next update starts from its value but no gradient
+    flows back past the window boundary. A window that starts new sequences starts from zero.
     """
-    logits, h = model(x, h)  # (B, k, V)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if clip is not None:
-        clip_grad_norm(model.parameters(), clip)
-    opt.step()
-    return loss.item(), detach_state(h)
+    carried = {"h": None}
+
+    def step(model: nn.Module, batch) -> dict:
+        x, y, fresh = batch  # (B, k), (B, k), bool
+        logits, h = model(x, None if fresh else carried["h"])  # (B, k, V)
+        carried["h"] = detach_state(h)  # keep the value, drop the graph
+        return {"loss": F.cross_entropy(logits.flatten(0, 1), y.flatten()), "n": y.numel()}
+
+    return step
+
+
+def tbptt_windows(loader: Iterable, k: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
+    """Endless (x, y, starts_a_sequence) windows of k steps, cycling through the loader's
+    (x, y) batches of sequences (B, S): k >= S is ordinary full BPTT, one window per batch."""
+    while True:
+        for x, y in loader:  # (B, S) each
+            for j in range(0, x.shape[1], k):
+                yield x[:, j:j + k], y[:, j:j + k], j == 0
 
 
 def train_truncated(model: nn.Module, loader: Iterable, k: int, updates: int | None = None,
                     seconds: float | None = None, lr: float = 3e-3, clip: float | None = 1.0,
                     val: tuple[torch.Tensor, torch.Tensor] | None = None,
                     eval_every: int = 100) -> dict:
-    """Adam with truncated BPTT on batches of sequences, for `updates` steps or `seconds`.
-
-    Each batch (x, y), both (B, S), is a set of sequences that start from a zero state. They
-    are read in windows of k steps (k >= S: ordinary full BPTT, one update per batch); the
-    state is carried from window to window but detached, and every window is one update.
-    Exactly one budget must be given; `loader` is cycled until it is spent. Returns
-    {"updates", "chars" (target characters trained on), "time_s" (training only),
-    "activation_bytes" (saved-for-backward bytes of one window's graph), "curve": a list of
-    (updates, seconds, validation loss on `val`) every `eval_every` updates and at the end}.
+    """Adam with truncated BPTT (`tbptt_step` on `tbptt_windows` of k steps) through
+    `utils.train.fit`, for `updates` or `seconds` (give exactly one: notebook 04 compares
+    window lengths at equal updates and at equal wall time). Gradients are clipped with the
+    course's own `clip_grad_norm` (notebook 03). Every `eval_every` updates and at the end the
+    mean `position_loss` on `val` is logged as "val_loss". Returns `fit`'s log ("items":
+    characters trained on) plus "activation_bytes", the saved-for-backward bytes of one window.
     """
     if (updates is None) == (seconds is None):
         raise ValueError("give exactly one budget: updates=... or seconds=...")
     if k <= 0:
         raise ValueError(f"window length k must be positive, got {k}")
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    device = next(model.parameters()).device
+    opt, device = torch.optim.Adam(model.parameters(), lr=lr), next(model.parameters()).device
     x0, _ = next(iter(loader))
     mem = saved_activation_bytes(lambda: model(x0[:, :k].to(device)), exclude=list(model.parameters()))
-    out: dict = {"updates": 0, "chars": 0, "time_s": 0.0, "activation_bytes": mem, "curve": []}
-
-    def spent() -> bool:
-        return out["updates"] >= updates if updates is not None else out["time_s"] >= seconds
-
-    def evaluate() -> None:
-        out["curve"].append((out["updates"], out["time_s"], float(position_loss(model, *val).mean())))
-
-    def windows() -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
-        """(x, y, starts_a_sequence) windows of k steps, cycling through the loader."""
-        while True:
-            for x, y in loader:  # (B, S) each
-                x, y = x.to(device), y.to(device)
-                for j in range(0, x.shape[1], k):
-                    yield x[:, j:j + k], y[:, j:j + k], j == 0
-
-    h = None
-    for x, y, fresh in windows():
-        if spent():
-            break
-        start = time.perf_counter()
-        _, h = tbptt_update(model, opt, x, y, None if fresh else h, clip)  # new sequences: zero state
-        out["time_s"] += time.perf_counter() - start
-        out["updates"] += 1
-        out["chars"] += y.numel()
-        if val is not None and out["updates"] % eval_every == 0:
-            evaluate()
-    if val is not None and (not out["curve"] or out["curve"][-1][0] != out["updates"]):
-        evaluate()  # the final model, unless it was just scored
-    return out
+    clipper = None if clip is None else (lambda m: {"grad_norm": float(clip_grad_norm(m.parameters(), clip))})
+    validate = None if val is None else (lambda m: {"loss": float(position_loss(m, *val).mean())})
+    log = fit(model, tbptt_windows(loader, k), tbptt_step(), opt, updates=updates, seconds=seconds,
+              on_gradients=clipper, validate=validate, eval_every=eval_every, log_every=None)
+    return {**log, "activation_bytes": mem}
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ can be measured. `EmbeddingMLP` is a head over precomputed sentence vectors: `mo
 The zoo: `BagOfEmbeddings` (mean pooling, or no pooling: the last token's own prediction),
 `FastText` (words + hashed bigrams), `RecurrentClassifier` (LSTM / GRU / BiLSTM, packed),
 `TextCNN` (n-gram filters + global max pooling), `EmbeddingMLP`. Helpers: `length_mask`,
-`classify_step`, `predict`, `classification_metrics`, `split_indices`, `fraction_of`.
+`classify_step`, `predict`, `accuracy`, `fit_classifier`, `classification_metrics`, `split_indices`, `fraction_of`.
 
 Shapes: B batch, T tokens, V vocabulary, E embedding width, H hidden width, C classes,
 F filters per width, D sentence-vector width.
@@ -24,7 +24,6 @@ F filters per width, D sentence-vector width.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +33,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from utils.gated import open_gates_
-from utils.schedules import warmup_cosine_factor
+from utils.schedules import warmup_cosine
+from utils.train import fit, model_device, to_device
 from utils.transformer import POSITIONS, Encoder, EncoderConfig, LayerNorm, make_positions
 
 PAD_ID = 0  # utils.text.Vocab puts <pad> at index 0
@@ -240,6 +240,7 @@ def make_loader(ids: list[list[int]], labels, batch_size: int, shuffle: bool,
 
 def classify_step(model: nn.Module, batch) -> dict:
     """`utils.train.fit` step for a `utils.text.Batch` with labels: loss, n, acc."""
+    batch = batch.to(model_device(model))  # a no-op inside `fit`, which has moved it already
     logits = model(batch.tokens, batch.lengths)  # (B, C)
     loss = F.cross_entropy(logits.float(), batch.labels)  # the loss in float32
     acc = (logits.argmax(-1) == batch.labels).float().mean()
@@ -248,7 +249,7 @@ def classify_step(model: nn.Module, batch) -> dict:
 
 def features_step(model: nn.Module, batch) -> dict:
     """`fit` step for (x (B, D), y (B,)) batches of precomputed sentence vectors."""
-    x, y = batch
+    x, y = to_device(batch, model_device(model))
     logits = model(x)  # (B, C)
     return {"loss": F.cross_entropy(logits, y), "n": len(y),
             "acc": (logits.argmax(-1) == y).float().mean()}
@@ -266,14 +267,15 @@ def sparse_adagrad(model: nn.Module, lr: float) -> torch.optim.Optimizer:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, loader, device="cpu") -> tuple[np.ndarray, np.ndarray]:
-    """Positive-class probabilities (N,) and labels (N,), in the order of the loader's data.
+def predict(model: nn.Module, loader) -> tuple[np.ndarray, np.ndarray]:
+    """Positive-class probabilities (N,) and labels (N,), in the order of the loader's data
+    (batches go to the model's device; the results come back to the CPU).
 
     A loader from `make_loader(shuffle=False)` may batch the examples by length; its `order`
     says how, and the outputs are put back into data order.
     """
     model.eval()
-    probs, labels = [], []
+    probs, labels, device = [], [], model_device(model)
     for batch in loader:
         batch = batch.to(device)
         logits = model(batch.tokens, batch.lengths).float()  # (B, C)
@@ -399,49 +401,25 @@ class TransformerClassifier(nn.Module):
         return maps
 
 
-def fit_for_time(model: nn.Module, train_dl, seconds: float, lr: float, warmup_steps: int = 0,
-                 weight_decay: float = 0.01, val_dl=None, clip: float | None = 1.0,
-                 bf16: bool = False, constant_lr: bool = False) -> dict:
-    """Train a `(tokens, lengths) -> logits` model with AdamW for a wall-clock budget.
+def fit_classifier(model: nn.Module, train_dl, lr: float, *, epochs: int | None = None,
+                   updates: int | None = None, seconds: float | None = None, warmup_steps: int = 0,
+                   weight_decay: float = 0.01, val_dl=None, clip: float | None = 1.0,
+                   precision: str = "fp32", constant_lr: bool = False, log_every: int | None = None) -> dict:
+    """Train a `(tokens, lengths) -> logits` model with AdamW through `utils.train.fit`.
 
-    The schedule follows *time*, not steps (`warmup_cosine_factor` with progress = time share), so models of different speed get
-    the same budget (`constant_lr=True`: no schedule, as in the seed). After each pass over `train_dl` and at the end the model is scored on
-    `val_dl`, and the best weights are kept. `bf16=True` runs the forward pass under CPU
-    bfloat16 autocast (the loss stays float32). Returns {"loss": [...], "val_acc": [...],
-    "val_time_s": [...], "steps", "epochs", "train_s"}.
+    The learning rate warms up over `warmup_steps` and follows a cosine to 0 over the budget
+    (`constant_lr=True`: a constant rate, as in the seed). With `val_dl` the accuracy is
+    measured after every epoch and at the end, and the best weights are kept.
     """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    log, best, step, start = {"loss": [], "val_acc": [], "val_time_s": []}, (-1.0, None), 0, time.perf_counter()
-    while (frac := (time.perf_counter() - start) / seconds) < 1:
-        model.train()
-        for batch in train_dl:
-            if (frac := (time.perf_counter() - start) / seconds) >= 1:
-                break
-            for group in opt.param_groups:
-                group["lr"] = lr if constant_lr else lr * warmup_cosine_factor(step, warmup_steps, frac)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = classify_step(model, batch)["loss"]
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            log["loss"].append(loss.item())
-            step += 1
-        best = _keep_best(model, val_dl, best, log, time.perf_counter() - start)
-    if best[1] is not None:
-        model.load_state_dict(best[1])
-    return {**log, "steps": step, "epochs": step / len(train_dl), "train_s": time.perf_counter() - start}
+    validate = None if val_dl is None else (lambda m: {"acc": accuracy(m, val_dl)})
+    return fit(model, train_dl, classify_step, opt, epochs, updates=updates, seconds=seconds,
+               schedule=None if constant_lr else warmup_cosine(warmup_steps), clip=clip,
+               precision=precision, validate=validate,
+               keep_best=("val_acc", "max") if val_dl is not None else None, log_every=log_every)
 
 
-def _keep_best(model: nn.Module, val_dl, best: tuple, log: dict, elapsed: float) -> tuple:
-    """Score on the validation loader (if any) and keep a copy of the best weights so far."""
-    if val_dl is None:
-        return best
-    probs, labels = predict(model, val_dl)
-    acc = float(((probs > 0.5) == labels).mean())
-    log["val_acc"].append(acc)
-    log["val_time_s"].append(elapsed)
-    if acc > best[0]:
-        best = (acc, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    return best
+def accuracy(model: nn.Module, loader) -> float:
+    """Share of the loader's examples whose positive-class probability is on the right side of 0.5."""
+    probs, labels = predict(model, loader)
+    return float(((probs > 0.5) == labels).mean())

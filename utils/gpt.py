@@ -11,7 +11,7 @@ no encoder). With token ids x_1..x_T, token table W_e (V, E) and position table 
 
 `load_from_hf` copies a Hugging Face `GPT2LMHeadModel`, so a test can prove that these blocks
 compute exactly GPT-2. `decoding_step` plugs the model into `utils.decoding` (greedy, sampling).
-Training helpers (random windows, evaluation over a whole split, a time-budgeted loop) are
+Training helpers (random windows, evaluation over a whole split, `train_lm`) are
 separate functions, not methods: the model class holds construction and `forward` only.
 
 Shapes: B batch, T tokens, V vocabulary, E = d_model, nh heads, L layers.
@@ -19,16 +19,15 @@ Shapes: B batch, T tokens, V vocabulary, E = d_model, nh heads, L layers.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.schedules import warmup_cosine_factor
+from utils.schedules import warmup_cosine
+from utils.train import autocast, fit, model_device, to_device
 from utils.transformer import Encoder, EncoderConfig, LayerNorm, LearnedPositions
 
 Tensor = torch.Tensor
@@ -209,12 +208,24 @@ def random_windows(ids: Tensor, block_size: int, batch_size: int,
     return chunk[:, :-1], chunk[:, 1:]  # (B, T), (B, T)
 
 
+def random_batches(ids: Tensor, block_size: int, batch_size: int, generator: torch.Generator):
+    """Endless `random_windows` batches (x, y) of the token stream `ids`, drawn with `generator`."""
+    while True:
+        yield random_windows(ids, block_size, batch_size, generator)  # (B, T), (B, T)
+
+
+def lm_step(model: nn.Module, batch) -> dict:
+    """`utils.train.fit` step: mean next-token loss of a (x, y) batch; "n" = predicted tokens."""
+    x, y = to_device(batch, model_device(model))  # (B, T), (B, T)
+    return {"loss": model(x, y)[1], "n": y.numel()}
+
+
 @torch.no_grad()
-def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, bf16: bool = False) -> float:
+def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, precision: str = "fp32") -> float:
     """Mean next-token loss (nats) over a whole split `ids` (N,): every token after the first
     is predicted exactly once, in consecutive windows of block_size (context restarts at each)."""
     model.eval()
-    T = model.cfg.block_size
+    T, device = model.cfg.block_size, model_device(model)
     x_all, y_all = ids[:-1], ids[1:]  # (N - 1,)
     total, count = 0.0, 0
     starts = list(range(0, len(x_all), T))
@@ -223,70 +234,32 @@ def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, bf16: bool = Fals
         ys = [y_all[s:s + T] for s in starts[i:i + batch_size]]
         x = nn.utils.rnn.pad_sequence(xs, batch_first=True)  # (B, T); only the last may be short
         y = nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-100)  # (B, T)
-        with bf16_autocast(model, bf16):
-            logits = model(x.to(_device(model)))  # (B, T, V)
-        nll = F.cross_entropy(logits.float().flatten(0, 1), y.to(logits.device).flatten(),
+        with autocast(model, precision):
+            logits = model(x.to(device))  # (B, T, V)
+        nll = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten(),
                               ignore_index=-100, reduction="sum")
         total, count = total + nll.item(), count + int((y != -100).sum())
     return total / count
 
 
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
+def train_lm(model: GPT, train_ids: Tensor, *, updates: int | None = None, seconds: float | None = None,
+             batch_size: int = 32, lr: float = 2e-3, warmup_steps: int = 100, min_lr_ratio: float = 0.1,
+             weight_decay: float = 0.1, clip: float = 1.0, precision: str = "fp32", seed: int = 0,
+             val_ids: Tensor | None = None, eval_every: int | None = None, keep_best: bool = False,
+             log_every: int | None = None) -> dict:
+    """Train a language model on random windows of `train_ids` (N,) through `utils.train.fit`.
 
-
-def bf16_autocast(model: nn.Module, enabled: bool):
-    """bfloat16 autocast on the model's device (CPU or GPU), or a no-op when not `enabled`."""
-    if not enabled:  # also keeps devices autocast does not know (meta) working
-        return contextlib.nullcontext()
-    return torch.autocast(_device(model).type, dtype=torch.bfloat16)
-
-
-def train_for_time(model: nn.Module, batch_loss, seconds: float, lr: float = 2e-3,
-                   warmup_steps: int = 100, min_lr_ratio: float = 0.1, weight_decay: float = 0.1,
-                   clip: float = 1.0, bf16: bool = False, max_steps: int | None = None,
-                   seed: int = 0) -> dict:
-    """AdamW for a wall-clock budget (or `max_steps`, whichever ends first); the loop GPT and MLM share.
-
-    `batch_loss(generator) -> loss` draws a batch and returns its mean loss. The learning rate
-    follows `warmup_cosine_factor` with progress = the share of the budget spent (time, or steps
-    if `max_steps` ends first), so the cosine ends when the budget does. Weight decay applies to
-    matrices only; gradients are clipped to norm `clip`; `bf16` runs the forward pass under
-    bfloat16 autocast on the model's device, CPU or GPU (losses stay float32).
-    Returns {"loss": per-step train losses, "lr": per-step rates, "steps", "train_s"}.
+    nanoGPT's recipe: AdamW with weight decay on matrices only, a linear warm-up and a cosine to
+    `min_lr_ratio` over the budget, gradients clipped to norm `clip`. With `val_ids` the whole
+    split is scored every `eval_every` updates and at the end (`keep_best`: the best weights are
+    restored, since a long run can overfit). Returns `fit`'s log ("items": tokens trained on).
     """
-    opt = adamw(model, lr, weight_decay)
-    g = torch.Generator().manual_seed(seed)
-    log, step, start = {"loss": [], "lr": []}, 0, time.perf_counter()
-    model.train()
-    while (frac := (time.perf_counter() - start) / seconds) < 1 and step != max_steps:
-        frac = max(frac, step / max_steps) if max_steps else frac
-        rate = lr * warmup_cosine_factor(step, warmup_steps, frac, min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = rate
-        with bf16_autocast(model, bf16):
-            loss = batch_loss(g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        log["loss"].append(loss.item())
-        log["lr"].append(rate)
-        step += 1
-    model.eval()
-    return {**log, "steps": step, "train_s": time.perf_counter() - start}
-
-
-def train_lm(model: GPT, train_ids: Tensor, seconds: float, batch_size: int = 32, **kw) -> dict:
-    """`train_for_time` on random windows of `train_ids` (N,); also returns "tokens" seen."""
-    T, device = model.cfg.block_size, _device(model)
-
-    def batch_loss(g: torch.Generator) -> Tensor:
-        x, y = random_windows(train_ids, T, batch_size, g)  # (B, T) each
-        return model(x.to(device), y.to(device))[1]
-
-    log = train_for_time(model, batch_loss, seconds, **kw)
-    return {**log, "tokens": log["steps"] * batch_size * T}
+    batches = random_batches(train_ids, model.cfg.block_size, batch_size, torch.Generator().manual_seed(seed))
+    validate = None if val_ids is None else (lambda m: {"loss": evaluate_lm(m, val_ids)})
+    return fit(model, batches, lm_step, adamw(model, lr, weight_decay), updates=updates, seconds=seconds,
+               schedule=warmup_cosine(warmup_steps, min_lr_ratio), clip=clip, precision=precision,
+               validate=validate, eval_every=eval_every,
+               keep_best=("val_loss", "min") if keep_best else None, log_every=log_every)
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -26,12 +26,21 @@ def warmup_cosine_factor(step: int, warmup_steps: int, progress: float,
     """Multiplier at optimizer step `step` (0-based): linear warm-up over `warmup_steps`, times a
     cosine from 1 down to `min_lr_ratio` as `progress` goes from 0 to 1.
 
-    `progress` is the share of the decay phase spent: steps (see `WarmupCosine`) or wall-clock
-    time (notebook 08's `fit_for_time`, which gives models of different speed the same budget).
+    `progress` is the share of the decay phase spent (`WarmupCosine`: updates after warm-up) or
+    of the whole budget (`warmup_cosine`, the form `utils.train.fit` takes).
     """
     warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
     p = min(max(progress, 0.0), 1.0)
     return warm * (min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
+
+
+def warmup_cosine(warmup_steps: int, min_lr_ratio: float = 0.0):
+    """The warm-up + cosine schedule as `utils.train.fit` takes it: factor(update, progress), where
+    `progress` is the share of the budget spent (updates, or the seconds cap if it is further
+    along), so the cosine reaches `min_lr_ratio` exactly when the run ends."""
+    def factor(step: int, progress: float) -> float:
+        return warmup_cosine_factor(step, warmup_steps, progress, min_lr_ratio)
+    return factor
 
 
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:

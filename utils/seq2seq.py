@@ -29,10 +29,10 @@ Shapes: B batch, S source length, T target length, E embedding, H hidden, V voca
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -40,7 +40,9 @@ from utils.attention import AdditiveScore, Attention, GeneralScore
 from utils.data import load_multi30k
 from utils.decoding import beam_search, greedy_decode
 from utils.metrics import BLEUResult, corpus_bleu, perplexity, token_nll
+from utils.schedules import warmup_cosine
 from utils.text import SPECIALS, UNK, BPETokenizer, BucketBatchSampler
+from utils.train import autocast, evaluate, fit, model_device
 
 Tensor = torch.Tensor
 PAD_ID, UNK_ID, SOS_ID, EOS_ID = 0, 1, 2, 3  # the order of utils.text.SPECIALS
@@ -434,129 +436,79 @@ def count_parameters(model: nn.Module) -> int:
 
 
 # ---------------------------------------------------------------------------- training
-def make_step(teacher_forcing: float = 1.0, autocast: bool = False):
+def make_step(teacher_forcing: float = 1.0, label_smoothing: float = 0.0):
     """`utils.train.fit` step: mean token cross-entropy of a `TranslationBatch` (padding ignored).
 
-    autocast=True runs the matrix products in bfloat16 (CPU or GPU); the loss stays float32.
+    `teacher_forcing` < 1 feeds the model its own previous prediction at some steps (recurrent
+    decoders, in training only). `label_smoothing` > 0 trains against targets that give that
+    much probability mass to the other tokens (Szegedy et al. 2016; the Transformer uses 0.1).
+    The loss is computed in float32, also under autocast.
     """
     def step(model: nn.Module, batch: TranslationBatch) -> dict:
-        batch = batch.to(next(model.parameters()).device)
+        batch = batch.to(model_device(model))
         tf = teacher_forcing if model.training else 1.0  # evaluation: always teacher-forced
-        with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(batch.src, batch.src_mask, batch.tgt_in, teacher_forcing=tf)  # (B, T, V)
-        nll, n = token_nll(logits.float(), batch.tgt_out, pad_id=PAD_ID)
+        kw = {"teacher_forcing": tf} if tf < 1.0 else {}
+        logits = model(batch.src, batch.src_mask, batch.tgt_in, **kw).float()  # (B, T, V)
+        if label_smoothing > 0:
+            n = int((batch.tgt_out != PAD_ID).sum())
+            loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                                   label_smoothing=label_smoothing)
+            return {"loss": loss, "n": n}
+        nll, n = token_nll(logits, batch.tgt_out, pad_id=PAD_ID)
         return {"loss": nll / n, "n": n}
 
     return step
 
 
-def train_translator(model: nn.Module, data: TranslationData, epochs: int,
-                     batch_size: int = 128, lr: float = 1e-3, clip: float = 1.0,
-                     teacher_forcing: float = 1.0, val_bleu: bool = True,
-                     autocast: bool = False, seed: int = 0) -> dict[str, list[float]]:
-    """Adam on the training split for `epochs`; after each epoch the validation loss and,
-    if `val_bleu`, the greedy validation BLEU. Prints one line per epoch, returns the history
-    {"train_loss", "val_loss", "val_bleu", "epoch_time"} (losses in nats per subword)."""
-    from utils.train import _run_epoch, evaluate  # the course's loop, one epoch at a time
+def train_translator(model: nn.Module, data: TranslationData, *, epochs: int | None = None,
+                     updates: int | None = None, seconds: float | None = None, lr: float = 1e-3,
+                     warmup_steps: int | None = None, batch_size: int = 128,
+                     betas: tuple = (0.9, 0.999), weight_decay: float = 0.0, clip: float | None = 1.0,
+                     teacher_forcing: float = 1.0, label_smoothing: float = 0.0,
+                     precision: str = "fp32", eval_every: int | None = None, val_loss: bool = True,
+                     val_bleu: bool = True, val_pairs: int | None = None, seed: int = 0,
+                     log_every: int | None = 1) -> dict:
+    """Train a translator (RNN or Transformer) on the training split through `utils.train.fit`.
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    train_loader = make_loader(data.ids["train"], batch_size, seed=seed)
-    val_loader = make_loader(data.ids["val"], 200, shuffle=False)
-    step, history = make_step(teacher_forcing, autocast), {}
-    for epoch in range(1, epochs + 1):
-        start = time.perf_counter()
-        stats = {"train_loss": _run_epoch(model, train_loader, step, optimizer, clip)["loss"]}
-        stats["epoch_time"] = time.perf_counter() - start  # training only, the fair budget
-        stats["val_loss"] = evaluate(model, val_loader, step)["loss"]
-        if val_bleu:
-            hyps = translate(model, data.ids["val"], data.tgt_tok, autocast=autocast)
-            stats["val_bleu"] = bleu_scores(hyps, [t for _, t in data.raw["val"]])["bleu"].score
-        for key, value in stats.items():
-            history.setdefault(key, []).append(value)
-        bleu = f" | val BLEU {stats['val_bleu']:5.2f}" if val_bleu else ""
-        print(f"epoch {epoch}/{epochs} | train loss {stats['train_loss']:.3f} | val loss "
-              f"{stats['val_loss']:.3f}{bleu} | {stats['epoch_time']:.0f} s")
-    return history
-
-
-def train_for_time(model: nn.Module, data: TranslationData, seconds: float, lr: float,
-                   warmup_steps: int, batch_size: int = 128, label_smoothing: float = 0.1,
-                   weight_decay: float = 0.0, betas: tuple = (0.9, 0.98), clip: float | None = 1.0,
-                   autocast: bool = False, eval_every_s: float | None = None,
-                   val_pairs: int | None = None, seed: int = 0) -> dict:
-    """Adam(W) with linear warm-up + cosine decay that follows the clock, for `seconds` of training.
-
-    The schedule is `utils.schedules.warmup_cosine_factor` with progress = share of the time
-    budget spent (as notebook 08's `fit_for_time`), so two models of different speed get the
-    same wall-clock budget. The loss is label-smoothed cross-entropy over the real target tokens
-    (float32, `label_smoothing` = 0.1 in the paper). Every `eval_every_s` seconds of training
-    (clock paused meanwhile) and at the end, greedy BLEU on the first `val_pairs` validation
-    sentences is recorded. Returns {"loss", "lr" (per step), "val_time_s", "val_bleu", "steps",
-    "epochs", "train_s"}.
+    Adam(W) at a constant `lr`, or with `warmup_steps` a linear warm-up and a cosine over the
+    budget. Validation (after every epoch, or every `eval_every` updates, and at the end): the
+    teacher-forced loss and the greedy BLEU of the first `val_pairs` validation sentences.
+    Returns `fit`'s log (losses in nats per subword, BLEU 0-100).
     """
-    import torch.nn.functional as F
-
-    from utils.schedules import warmup_cosine_factor
-
-    device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
     loader = make_loader(data.ids["train"], batch_size, seed=seed)
-    val = data.ids["val"][:val_pairs]
-    refs = [t for _, t in data.raw["val"][:val_pairs]]
-    log = {"loss": [], "lr": [], "val_time_s": [], "val_bleu": []}
-    step, trained, next_eval = 0, 0.0, eval_every_s or float("inf")
+    val, refs = data.ids["val"][:val_pairs], [t for _, t in data.raw["val"][:val_pairs]]
+    val_loader = make_loader(val, 200, shuffle=False)
+    score_step = make_step()  # validation loss: plain cross-entropy, teacher-forced
 
-    def validate():
-        hyps = translate(model, val, data.tgt_tok, autocast=autocast)
-        log["val_time_s"].append(trained)
-        log["val_bleu"].append(bleu_scores(hyps, refs)["bleu"].score)
+    def validate(m: nn.Module) -> dict:
+        out = {"loss": evaluate(m, val_loader, score_step, precision)["loss"]} if val_loss else {}
+        if val_bleu:
+            out["bleu"] = bleu_scores(translate(m, val, data.tgt_tok, precision=precision), refs)["bleu"].score
+        return out
 
-    while trained < seconds:
-        for batch in loader:
-            model.train()
-            tick = time.perf_counter()
-            rate = lr * warmup_cosine_factor(step, warmup_steps, trained / seconds)
-            for group in opt.param_groups:
-                group["lr"] = rate
-            batch = batch.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                logits = model(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(),
-                                   ignore_index=PAD_ID, label_smoothing=label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            trained += time.perf_counter() - tick
-            log["loss"].append(loss.item())
-            log["lr"].append(rate)
-            step += 1
-            if trained >= next_eval:
-                validate()
-                next_eval += eval_every_s
-            if trained >= seconds:
-                break
-    validate()
-    return {**log, "steps": step, "epochs": step / len(loader), "train_s": trained}
+    return fit(model, loader, make_step(teacher_forcing, label_smoothing), opt, epochs,
+               updates=updates, seconds=seconds, clip=clip, precision=precision,
+               schedule=None if warmup_steps is None else warmup_cosine(warmup_steps),
+               validate=validate, eval_every=eval_every, log_every=log_every)
 
 
 # ---------------------------------------------------------------------------- evaluation
 @torch.no_grad()
 def translate(model: nn.Module, pairs, tgt_tok: BPETokenizer, beam_size: int = 1,
               batch_size: int = 200, max_len: int = 60, alpha: float = 1.0,
-              autocast: bool = False) -> list[str]:
+              precision: str = "fp32") -> list[str]:
     """Detokenized translations of the sources of `pairs` (id lists), in their order.
 
     beam_size 1 is batched greedy decoding; larger beams use length-normalized beam search.
     """
     model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     collate, hyps = TranslationCollate(), []
     for i in range(0, len(pairs), batch_size):
         batch = collate(pairs[i: i + batch_size]).to(device)
         prefix = torch.full((batch.src.shape[0], 1), SOS_ID, dtype=torch.long, device=device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        with autocast(model, precision):
             state = model.start(batch.src, batch.src_mask)
             if beam_size == 1:
                 out = greedy_decode(model.step, prefix, state, max_len, eos_id=EOS_ID)[:, 1:]
@@ -587,16 +539,16 @@ BLEU_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"  # sacreBLEU's d
 
 def evaluate_translation(model: nn.Module, data: TranslationData, split: str = "test",
                          beam_size: int = 1, batch_size: int = 200, alpha: float = 1.0,
-                         autocast: bool = False, verbose: bool = True) -> dict:
+                         precision: str = "fp32", verbose: bool = True) -> dict:
     """BLEU (headline and lowercased) of decoded `split`, and its teacher-forced perplexity.
 
     Returns {"bleu", "bleu_lc", "ppl", "hyps"}; BLEU on the 0-100 scale.
     """
     pairs, refs = data.ids[split], [t for _, t in data.raw[split]]
     hyps = translate(model, pairs, data.tgt_tok, beam_size, batch_size, alpha=alpha,
-                     autocast=autocast)
+                     precision=precision)
     scores = bleu_scores(hyps, refs)
-    ppl = split_perplexity(model, pairs, batch_size, autocast)
+    ppl = split_perplexity(model, pairs, batch_size, precision)
     if verbose:
         print(f"{split}: BLEU {scores['bleu'].score:.2f} ({BLEU_SIGNATURE}) | lowercased "
               f"{scores['bleu_lc'].score:.2f} | perplexity {ppl:.2f} | beam {beam_size}")
@@ -604,14 +556,10 @@ def evaluate_translation(model: nn.Module, data: TranslationData, split: str = "
             "hyps": hyps}
 
 
-@torch.no_grad()
 def split_perplexity(model: nn.Module, pairs, batch_size: int = 200,
-                     autocast: bool = False) -> float:
+                     precision: str = "fp32") -> float:
     """exp(mean nll per target subword, <eos> included) under teacher forcing."""
-    model.eval()
-    step, total, count = make_step(autocast=autocast), 0.0, 0
-    for batch in make_loader(pairs, batch_size, shuffle=False):
-        out = step(model, batch)
-        total, count = total + float(out["loss"]) * out["n"], count + out["n"]
-    return perplexity(total, count)
+    loader = make_loader(pairs, batch_size, shuffle=False)
+    mean_nll = evaluate(model, loader, make_step(), precision)["loss"]  # token-weighted mean
+    return perplexity(mean_nll, 1)
 

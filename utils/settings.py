@@ -16,12 +16,17 @@ import torch
 T = TypeVar("T")
 
 
+FAST_VALUES = {"1": True, "true": True, "yes": True, "on": True,
+               "0": False, "false": False, "no": False, "off": False, "": False}
+
+
 def is_fast() -> bool:
     """True when `SEQ_FAST=1`: tiny data slices and few epochs, every code path still runs."""
     value = os.environ.get("SEQ_FAST", "0").strip().lower()
-    if value not in {"0", "1", "", "false", "true"}:
-        raise ValueError(f"SEQ_FAST must be 0 or 1, got {value!r}")
-    return value in {"1", "true"}
+    if value not in FAST_VALUES:
+        accepted = ", ".join(repr(v) for v in FAST_VALUES if v)
+        raise ValueError(f"SEQ_FAST must be one of {accepted} (or unset), got {value!r}")
+    return FAST_VALUES[value]
 
 
 def pick(full: T, fast: T) -> T:
@@ -29,16 +34,58 @@ def pick(full: T, fast: T) -> T:
     return fast if is_fast() else full
 
 
+def available_devices() -> list[str]:
+    """The devices this machine can run on, in the order `get_device` prefers them."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    mps = getattr(torch.backends, "mps", None)
+    return (["cuda"] if cuda else []) + cuda[1:] + (["mps"] if mps and mps.is_available() else []) + ["cpu"]
+
+
 def get_device() -> torch.device:
-    """CUDA if present, then Apple MPS, then the CPU (override with `SEQ_DEVICE=cpu`)."""
-    forced = os.environ.get("SEQ_DEVICE")
-    if forced:
-        return torch.device(forced)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    """CUDA if present, then Apple MPS, then the CPU; `SEQ_DEVICE=cpu` (any case) forces one.
+
+    A device this machine does not have, or a misspelled one, is refused here with the list of
+    those it has, rather than failing later deep inside a model.
+    """
+    forced = os.environ.get("SEQ_DEVICE", "").strip().lower()
+    if not forced:
+        return torch.device(available_devices()[0])
+    have = available_devices()
+    try:
+        device = torch.device(forced)
+    except RuntimeError:
+        raise ValueError(f"SEQ_DEVICE={forced!r} is not a device name; this machine has "
+                         f"{', '.join(have)} (unset SEQ_DEVICE to pick the first)") from None
+    usable = (device.type in ("cpu", "meta")
+              or (device.type == "cuda" and torch.cuda.is_available()
+                  and (device.index or 0) < torch.cuda.device_count())
+              or (device.type == "mps" and "mps" in have))
+    if not usable:
+        raise ValueError(f"SEQ_DEVICE={forced!r}, but this machine has no such device; it has "
+                         f"{', '.join(have)} (unset SEQ_DEVICE to pick the first)")
+    return device
+
+
+def supported_precisions(device: torch.device) -> list[str]:
+    """The training precisions `device` supports: float32 always; bfloat16 autocast on CPUs and
+    on GPUs from Ampere on; float16 autocast (with a loss scaler) on CUDA and MPS. Which is
+    *faster* depends on the model too: notebooks that train Transformers time them
+    (`utils.train.time_precisions`) and keep the fastest."""
+    if device.type == "cuda":
+        return ["fp32"] + (["bf16"] if torch.cuda.is_bf16_supported() else []) + ["fp16"]
+    if device.type == "mps":
+        return ["fp32", "fp16"]
+    return ["fp32", "bf16"] if device.type == "cpu" else ["fp32"]
+
+
+def precision_note(device: torch.device) -> str:
+    """One line for the run header: what this device offers besides float32."""
+    offered = supported_precisions(device)
+    if "bf16" in offered:
+        return "float32; bfloat16 autocast available (used where a notebook's timing says it is faster)"
+    if "fp16" in offered:
+        return "float32; no bfloat16 here: float16 autocast with a loss scaler where it is faster"
+    return "float32"
 
 
 def seed_everything(seed: int) -> None:
@@ -71,10 +118,11 @@ def run_header(run: Run) -> str:
     threads = torch.get_num_threads()
     return "\n".join(
         [
-            f"mode    : {run.mode} (set SEQ_FAST=1 for the quick run, 0 for the full one)",
-            f"device  : {run.device}" + (f" ({threads} CPU threads)" if run.device.type == "cpu" else ""),
-            f"python  : {platform.python_version()}   torch: {torch.__version__}",
-            f"seed    : {run.seed}",
+            f"mode     : {run.mode} (set SEQ_FAST=1 for the quick run, 0 for the full one)",
+            f"device   : {run.device}" + (f" ({threads} CPU threads)" if run.device.type == "cpu" else ""),
+            f"precision: {precision_note(run.device)}",
+            f"python   : {platform.python_version()}   torch: {torch.__version__}",
+            f"seed     : {run.seed}",
         ]
     )
 
@@ -95,6 +143,10 @@ def setup(seed: int = 0, threads: int | None = None, quiet: bool = False) -> Run
     seed_everything(seed)
     use_course_style()
     run = Run(seed=seed, device=get_device(), fast=is_fast())
+    if os.environ.get("SEQ_DEVICE_CHECK") == "1":  # the test run's GPU stand-in on a CPU
+        from utils.devicecheck import install
+
+        install(run.device)
     if not quiet:
         print(run_header(run), file=sys.stdout)
     return run

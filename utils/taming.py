@@ -20,15 +20,15 @@ A run *diverges* when its loss becomes non-finite or its final validation loss s
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from utils.attention import MultiHeadAttention
-from utils.gpt import GPT, GPTConfig, decay_groups, evaluate_lm, random_windows
+from utils.gpt import GPT, GPTConfig, decay_groups, evaluate_lm, lm_step, random_batches
 from utils.schedules import WarmupCosine
+from utils.train import fit
 
 Tensor = torch.Tensor
 DIVERGED_NATS = 3.0  # a final validation loss above this (or a non-finite one) counts as diverged
@@ -56,40 +56,21 @@ def qkv_grad_norms(model: nn.Module) -> list[float]:
     return out
 
 
-def train_steps(model: nn.Module, batch_loss, steps: int, lr: float, warmup_steps: int = 0,
-                optimizer: str = "adamw", betas=(0.9, 0.98), min_lr_ratio: float = 0.1,
-                clip: float | None = None, seed: int = 0) -> dict:
-    """`steps` optimizer steps with lr = lr * warm-up + cosine (`WarmupCosine`; no warm-up at 0).
-
-    `batch_loss(generator) -> loss` draws a batch (seeded by `seed`, so every arm sees the same
-    batches) and returns its mean loss. Stops early if the loss becomes non-finite.
-    Returns {"loss", "lr", "grad_norm", "update_ratio", "grad_qkv", "grad_blocks"} per step,
-    "steps", "train_s".
-    """
-    opt = make_optimizer(model, optimizer, lr, betas)
-    sched = WarmupCosine(opt, warmup_steps, steps, min_lr_ratio)
-    g = torch.Generator().manual_seed(seed)
+def diagnostics(model: nn.Module):
+    """The two `utils.train.fit` hooks that record, per update, what notebook 12 plots:
+    `on_gradients` the Q/K/V and per-block gradient norms (and a copy of the matrices),
+    `on_update` the relative size of the step just taken (`update_ratio`)."""
     matrices = [p for p in model.parameters() if p.dim() >= 2]
-    log = {"loss": [], "lr": [], "grad_norm": [], "update_ratio": [], "grad_qkv": [], "grad_blocks": []}
-    start = time.perf_counter()
-    model.train()
-    for _ in range(steps):
-        loss = batch_loss(g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        log["grad_norm"].append(float(nn.utils.clip_grad_norm_(model.parameters(), clip or math.inf)))
-        log["grad_qkv"].append(qkv_grad_norms(model))
-        log["grad_blocks"].append(_block_norms(model))
-        before = [p.detach().clone() for p in matrices]
-        log["lr"].append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-        log["update_ratio"].append(_relative_change(before, matrices))
-        log["loss"].append(loss.item())
-        if not math.isfinite(log["loss"][-1]):
-            break
-    model.eval()
-    return {**log, "steps": len(log["loss"]), "train_s": time.perf_counter() - start}
+    before: list[Tensor] = []
+
+    def on_gradients(m: nn.Module) -> dict:
+        before[:] = [p.detach().clone() for p in matrices]
+        return {"grad_qkv": qkv_grad_norms(m), "grad_blocks": _block_norms(m)}
+
+    def on_update(m: nn.Module) -> dict:
+        return {"update_ratio": _relative_change(before, matrices)}
+
+    return on_gradients, on_update
 
 
 def _block_norms(model: nn.Module) -> list[float]:
@@ -121,22 +102,26 @@ def xavier_init_(model: GPT) -> GPT:
 
 def run_char_gpt(cfg: GPTConfig, train_ids: Tensor, val_ids: Tensor, steps: int, batch_size: int,
                  lr: float, warmup_steps: int = 0, optimizer: str = "adamw", seed: int = 0,
-                 init: str = "gpt2", **kw) -> dict:
-    """Build `GPT(cfg)` from `seed` (GPT-2's initialization, or `init="xavier"`: `xavier_init_`),
-    train it with `train_steps` on random windows of `train_ids` (N,), evaluate on `val_ids`.
-    Returns the training log plus "val_loss" (nats), "diverged" (bool) and the trained "model"."""
+                 init: str = "gpt2", betas=(0.9, 0.98), min_lr_ratio: float = 0.1,
+                 clip: float | None = None, device: torch.device | None = None) -> dict:
+    """Build `GPT(cfg)` from `seed` (GPT-2's initialization, or `init="xavier"`: `xavier_init_`)
+    on `device`, train it for `steps` updates on random windows of `train_ids` (N,) through
+    `utils.train.fit` (`WarmupCosine`; no warm-up at 0; the gradient norm is logged, clipped only
+    if `clip` is given), recording the `diagnostics`; stop early if the loss becomes non-finite.
+    Returns the log plus "val_loss" (nats), "diverged" (bool) and the trained "model"."""
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
     torch.manual_seed(seed)
     model = GPT(cfg)
     if init == "xavier":
         xavier_init_(model)
-
-    def batch_loss(g: torch.Generator) -> Tensor:
-        x, y = random_windows(train_ids, cfg.block_size, batch_size, g)  # (B, T) each
-        return model(x, y)[1]
-
-    log = train_steps(model, batch_loss, steps, lr, warmup_steps, optimizer, seed=seed, **kw)
+    model.to(device or train_ids.device)
+    opt = make_optimizer(model, optimizer, lr, betas)
+    batches = random_batches(train_ids, cfg.block_size, batch_size, torch.Generator().manual_seed(seed))
+    on_gradients, on_update = diagnostics(model)
+    log = fit(model, batches, lm_step, opt, updates=steps, clip=clip or math.inf,
+              schedule=WarmupCosine(opt, warmup_steps, steps, min_lr_ratio),
+              on_gradients=on_gradients, on_update=on_update, log_every=None)
     finite = math.isfinite(log["loss"][-1]) and all(torch.isfinite(p).all() for p in model.parameters())
     val = evaluate_lm(model, val_ids, batch_size=64) if finite else math.nan
     diverged = not (math.isfinite(val) and val <= DIVERGED_NATS)

@@ -11,13 +11,13 @@ Shapes (batch-first): B batch, T time steps (= distance), V vocabulary, H hidden
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from utils.gated import init_keep_gate_
+from utils.settings import get_device
+from utils.train import fit
 
 CELLS = ("rnn", "irnn", "lstm", "gru")  # irnn: ReLU RNN with identity W_hh (Le et al., 2015)
 
@@ -117,18 +117,25 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     return correct / len(x)
 
 
+def random_index_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: torch.Generator):
+    """Endless minibatches (x[idx], y[idx]) of examples drawn uniformly with replacement."""
+    while True:
+        idx = torch.randint(0, len(y), (batch_size,), generator=generator)  # (B,)
+        yield x[idx], y[idx]
+
+
 def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
                  n_train: int = 2048, n_val: int = 512, steps: int = 300, batch_size: int = 64,
                  lr: float = 3e-3, clip: float | None = 1.0, seed: int = 0,
-                 device: str | torch.device = "cpu", n_classes: int = 4,
+                 device: str | torch.device | None = None, n_classes: int = 4,
                  n_noise: int = 4, forget_bias: float | str | None = "open",
                  optimizer: str = "adam") -> dict:
-    """Train `SequenceClassifier(cell)` on the recall task for `steps` updates.
+    """Train `SequenceClassifier(cell)` on the recall task for `steps` updates (`utils.train.fit`).
 
-    `optimizer` is "adam" or "sgd" (plain SGD, where one huge gradient means one huge step);
-    `clip=None` trains without gradient clipping.
-    Returns {"val_acc": float, "train_acc": float, "history": {"loss": [...],
-    "grad_norm": [...]} per step (grad_norm before clipping), "time_s": float, "model"}.
+    `device` defaults to the course's (`utils.settings.get_device`). `optimizer` is "adam" or
+    "sgd" (plain SGD, where one huge gradient means one huge step); `clip=None` trains without
+    gradient clipping (the norm is still logged). Returns {"val_acc": float, "train_acc": float,
+    "history": `fit`'s log (per update "loss", "grad_norm" before clipping), "time_s", "model"}.
     Validation data use a different seed, so they are unseen sequences.
     """
     torch.manual_seed(seed)
@@ -136,22 +143,19 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
     val = make_recall_task(n_val, distance, n_classes, n_noise, seed=seed + 10_000)
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    device = torch.device(device) if device is not None else get_device()
     model = SequenceClassifier(n_classes + n_noise, hidden_size, n_classes, cell,
                                forget_bias).to(device)
     opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(model.parameters(), lr=lr)
-    x, y = (t.to(device) for t in train.tensors)  # (N, T), (N,)
-    gen = torch.Generator().manual_seed(seed)
-    history: dict[str, list[float]] = {"loss": [], "grad_norm": []}
-    start = time.perf_counter()
-    for _ in range(steps):
-        idx = torch.randint(0, n_train, (batch_size,), generator=gen).to(device)  # (B,)
-        loss = F.cross_entropy(model(x[idx]), y[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = nn.utils.clip_grad_norm_(model.parameters(), clip if clip else float("inf"))
-        opt.step()
-        history["loss"].append(loss.item())
-        history["grad_norm"].append(norm.item())
-    xv, yv = (t.to(device) for t in val.tensors)
-    return {"val_acc": accuracy(model, xv, yv), "train_acc": accuracy(model, x, y),
-            "history": history, "time_s": time.perf_counter() - start, "model": model}
+    x, y = train.tensors  # (N, T), (N,)
+
+    def step(m: nn.Module, batch) -> dict:
+        xb, yb = batch
+        return {"loss": F.cross_entropy(m(xb), yb), "n": len(yb)}
+
+    batches = random_index_batches(x, y, batch_size, torch.Generator().manual_seed(seed))
+    log = fit(model, batches, step, opt, updates=steps, clip=clip or float("inf"), log_every=None)
+    xv, yv = val.tensors
+    return {"val_acc": accuracy(model, xv.to(device), yv.to(device)),
+            "train_acc": accuracy(model, x.to(device), y.to(device)), "history": log,
+            "time_s": log["train_s"], "model": model}

@@ -19,15 +19,15 @@ E = d_model, nh heads, L layers, K classes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.gpt import adamw, bf16_autocast, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 11)
-from utils.schedules import warmup_cosine_factor
+from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 11)
+from utils.schedules import WarmupCosine
+from utils.train import autocast, fit, model_device
 from utils.transformer import Encoder, EncoderConfig, LearnedPositions
 
 Tensor = torch.Tensor
@@ -284,69 +284,51 @@ def augment(x: Tensor, pad: int = 1, flip: bool = True, generator: torch.Generat
 
 @torch.no_grad()
 def evaluate_classifier(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1000,
-                        bf16: bool = False) -> float:
-    """Accuracy of `model` on images x (N, C, H, W) with labels y (N,)."""
+                        precision: str = "fp32") -> float:
+    """Accuracy of `model` on images x (N, C, H, W) with labels y (N,) (batches go to its device)."""
     model.eval()
-    correct = 0
+    correct, device = 0, model_device(model)
     for i in range(0, len(y), batch_size):
-        with bf16_autocast(model, bf16):
-            logits = model(x[i:i + batch_size])  # (b, K)
-        correct += int((logits.argmax(-1) == y[i:i + batch_size]).sum())
+        with autocast(model, precision):
+            logits = model(x[i:i + batch_size].to(device))  # (b, K)
+        correct += int((logits.argmax(-1).cpu() == y[i:i + batch_size].cpu()).sum())
     return correct / len(y)
 
 
-def train_classifier(model: nn.Module, x: Tensor, y: Tensor, steps: int, seconds: float | None = None,
-                     batch_size: int = 128, lr: float = 2e-3, weight_decay: float = 0.05,
-                     warmup_steps: int = 100, aug: bool = True, pad: int = 1, bf16: bool = False, seed: int = 0,
-                     eval_every: int = 0, x_eval: Tensor | None = None,
-                     y_eval: Tensor | None = None) -> dict:
-    """The recipe the ViT and the CNN share: AdamW on shuffled batches (epoch after epoch),
-    linear warm-up then cosine decay to 0, gradient clipping at 1, optional augmentation
-    (`augment`: shifts of up to `pad` pixels and horizontal flips).
+def shuffled_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator):
+    """Endless minibatches (x_b, y_b): a fresh permutation every epoch, a last short batch dropped."""
+    order = torch.empty(0, dtype=torch.long)
+    while True:
+        if len(order) < batch_size:  # a new epoch
+            order = torch.randperm(len(y), generator=generator)
+        idx, order = order[:batch_size], order[batch_size:]
+        yield x[idx], y[idx]  # (B, C, H, W), (B,)
 
-    x (N, C, H, W), y (N,). Training stops after `steps` updates or, if `seconds` is given, when
-    that much training time is spent, whichever comes first; the cosine follows whichever is
-    further along, so it reaches 0 when the budget ends. Every `eval_every` steps (0: never) and
-    at the end, the accuracy on (x_eval, y_eval) is logged; that time is not counted as training.
-    Returns {"loss", "eval_step", "eval_acc", "steps", "epochs", "train_s", "eval_s"}.
+
+def train_classifier(model: nn.Module, x: Tensor, y: Tensor, updates: int, batch_size: int = 128,
+                     lr: float = 2e-3, weight_decay: float = 0.05, warmup_steps: int = 100,
+                     pad: int = 1, seconds: float | None = None, precision: str = "fp32", seed: int = 0,
+                     eval_every: int | None = None, x_val: Tensor | None = None,
+                     y_val: Tensor | None = None, log_every: int | None = None) -> dict:
+    """The recipe the ViT and the CNN share, through `utils.train.fit`: AdamW on shuffled
+    batches (epoch after epoch), linear warm-up then cosine decay to 0 over `updates`
+    (`utils.schedules.WarmupCosine`), gradients clipped at 1, and augmentation: shifts of up to
+    `pad` pixels and horizontal flips (`augment`; pad=0: none).
+
+    x (N, C, H, W), y (N,). `seconds` caps the training time (a safety net: the cosine follows
+    the updates). Every `eval_every` updates and at the end, the accuracy on (x_val, y_val) is
+    logged as "val_acc". Returns `fit`'s log, with "epochs" = passes over the training images.
     """
-    g = torch.Generator().manual_seed(seed)
-    opt, B = adamw(model, lr, weight_decay), min(batch_size, len(y))
-    log = {"loss": [], "eval_step": [], "eval_acc": []}
-    order, step, train_s, eval_s = torch.empty(0, dtype=torch.long), 0, 0.0, 0.0
-    while (progress := _progress(step, steps, warmup_steps, train_s, seconds)) < 1:
-        t = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = lr * warmup_cosine_factor(step, warmup_steps, progress)
-        if len(order) < B:  # a new epoch: a fresh permutation (a last short batch is dropped)
-            order = torch.randperm(len(y), generator=g)
-        idx, order = order[:B], order[B:]
-        log["loss"].append(_update(model, opt, x[idx], y[idx], aug, pad, bf16, g))
-        step, train_s = step + 1, train_s + time.perf_counter() - t
-        if eval_every and (step % eval_every == 0 or _progress(step, steps, warmup_steps, train_s, seconds) >= 1):
-            t = time.perf_counter()
-            log["eval_step"].append(step)
-            log["eval_acc"].append(evaluate_classifier(model, x_eval, y_eval, bf16=bf16))
-            eval_s += time.perf_counter() - t
-    model.eval()
-    return {**log, "steps": step, "epochs": step * B / len(y), "train_s": train_s, "eval_s": eval_s}
+    g, B = torch.Generator().manual_seed(seed), min(batch_size, len(y))
+    opt = adamw(model, lr, weight_decay)
 
+    def step(m: nn.Module, batch) -> dict:
+        xb, yb = batch  # (B, C, H, W), (B,)
+        xb = augment(xb, pad, generator=g) if pad else xb  # the same generator as the shuffles
+        return {"loss": F.cross_entropy(m(xb).float(), yb), "n": len(yb)}  # float32 loss
 
-def _progress(step: int, steps: int, warmup_steps: int, train_s: float, seconds: float | None) -> float:
-    """How far along the budget is, 0..1: updates after warm-up, or time, whichever is further."""
-    by_steps = 1.0 if step >= steps else max(0, step - warmup_steps) / max(1, steps - warmup_steps)
-    return max(by_steps, train_s / seconds) if seconds else by_steps
-
-
-def _update(model: nn.Module, opt, xb: Tensor, yb: Tensor, aug: bool, pad: int, bf16: bool, g) -> float:
-    """One training step on a batch xb (B, C, H, W), yb (B,); returns the batch's mean loss."""
-    model.train()
-    xb = augment(xb, pad, generator=g) if aug else xb  # (B, C, H, W)
-    with bf16_autocast(model, bf16):
-        logits = model(xb)  # (B, K)
-    loss = F.cross_entropy(logits.float(), yb)  # float32 even under autocast
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return loss.item()
+    validate = None if x_val is None else (lambda m: {"acc": evaluate_classifier(m, x_val, y_val)})
+    log = fit(model, shuffled_batches(x, y, B, g), step, opt, updates=updates, seconds=seconds,
+              schedule=WarmupCosine(opt, warmup_steps, updates), clip=1.0, precision=precision,
+              validate=validate, eval_every=eval_every, log_every=log_every)
+    return {**log, "epochs": log["updates"] * B / len(y)}

@@ -1,0 +1,146 @@
+"""A GPU stand-in for CPU-only machines: flags every model and tensor a notebook leaves off
+`run.device`, where on a GPU it would fail or silently train on the CPU.
+
+The test run sets `SEQ_DEVICE=cpu:0` and `SEQ_DEVICE_CHECK=1` (see `tests/conftest.py`); `setup()`
+then calls `install(run.device)`. `cpu:0` is the CPU under another name, so every number is the
+same, but a tensor now remembers whether it was sent there: `.to(run.device)`, a factory with
+`device=run.device`, or computed from such a tensor. From then on, what fails on a GPU fails
+here too, with a message that says what to move:
+
+- an operation that mixes a tensor on run.device with a CPU tensor (a CPU scalar is allowed);
+- a module with parameters that runs without having been sent to run.device;
+- `.numpy()` (or matplotlib / numpy reading) of a tensor still on run.device: `.cpu()` first;
+- a backward pass through a recurrent layer (nn.RNN/LSTM/GRU) run in eval mode, which cuDNN
+  refuses (CPU kernels allow it).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+MARK = "_seq_on_run_device"
+_installed: list = []
+
+
+class DevicePlacementError(RuntimeError):
+    """A model or tensor is on the wrong device for the operation (it would fail on a GPU)."""
+
+
+def on_device(t) -> bool:
+    return isinstance(t, torch.Tensor) and getattr(t, MARK, False)
+
+
+def _mark(value, flag: bool = True):
+    for t in tree_flatten(value)[0]:
+        if isinstance(t, torch.Tensor):
+            try:
+                setattr(t, MARK, flag)
+            except (AttributeError, RuntimeError):  # a few internal tensor types take no attributes
+                pass
+    return value
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+
+
+class _Check(TorchFunctionMode):
+    """Runs every torch operation and keeps track of which tensors are on `target`."""
+
+    def __init__(self, target: torch.device) -> None:
+        super().__init__()
+        self.target = target
+
+    def _is_target(self, device) -> bool:
+        try:
+            return torch.device(device) == self.target
+        except (TypeError, RuntimeError):
+            return False
+
+    def _move_target(self, args, kwargs):
+        """Where a `.to(...)` call sends its tensor: True (run.device), False (the CPU), None (no move)."""
+        for a in list(args[1:]) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                return on_device(a)
+            if isinstance(a, (str, torch.device)):
+                return self._is_target(a)
+        return None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        if name in ("__get__", "__set__", "__repr__", "__format__", "__len__", "__bool__", "dim",
+                    "size", "numel", "is_floating_point", "__setitem__", "copy_", "_pack_padded_sequence",
+                    "item", "tolist", "__iter__", "__hash__"):
+            return func(*args, **kwargs)
+        if name in ("numpy", "__array__") and on_device(args[0]):
+            raise DevicePlacementError(
+                f"`{name}` of a tensor on run.device {_describe(args[0])}: on a GPU this fails. "
+                "Bring it back first: `x.cpu()` (or `.item()` / `.tolist()` for numbers)")
+        if name in ("to", "cpu"):
+            return self._to(func, name, args, kwargs)
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        moved = [t for t in tensors if on_device(t)]
+        host = [t for t in tensors if not on_device(t) and t.dim() > 0]
+        if name == "__getitem__" and tensors and on_device(tensors[0]):
+            host = []  # a device tensor may be indexed with CPU indices
+        if moved and host:
+            raise DevicePlacementError(
+                f"`{name}` mixes a tensor on run.device {_describe(moved[0])} with a CPU tensor "
+                f"{_describe(host[0])}: on a GPU this fails. Send the CPU one to run.device "
+                "(`x.to(run.device)`), or create it there (`device=run.device`)")
+        out = func(*args, **kwargs)
+        created_there = "device" in kwargs and self._is_target(kwargs["device"])
+        if moved or created_there:
+            _mark(out)
+        return out
+
+    def _to(self, func, name, args, kwargs):
+        """`.to(run.device)` marks a copy; `.cpu()` / `.to("cpu")` gives an unmarked copy. Both
+        copy, as a real device move would, so the tensor left behind keeps its place."""
+        target = False if name == "cpu" else self._move_target(args, kwargs)
+        out = func(*args, **kwargs)
+        src = args[0]
+        if target is None or not isinstance(out, torch.Tensor):
+            return _mark(out, on_device(src)) if isinstance(out, torch.Tensor) else out
+        if out is src and not isinstance(src, nn.Parameter) and on_device(src) != target:
+            with torch._C.DisableTorchFunction():
+                out = src.clone()  # a move gives a new tensor; the original stays where it was
+        return _mark(out, target)
+
+
+def _module_placed(module: nn.Module, args) -> None:
+    for name, p in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
+        if not on_device(p) and p.dim() > 0:
+            raise DevicePlacementError(
+                f"{type(module).__name__} runs with its {name} {_describe(p)} still on the CPU: "
+                "on a GPU it would train and run on the CPU (or fail). Send the model to the "
+                "device: `model.to(run.device)`")
+
+
+def _cudnn_rnn_rule(module: nn.Module, args, output) -> None:
+    """cuDNN cannot backpropagate through a recurrent layer that ran in eval mode."""
+    if not isinstance(module, nn.RNNBase) or module.training or not torch.is_grad_enabled():
+        return
+    out = output[0] if isinstance(output, tuple) else output
+    out = out.data if isinstance(out, nn.utils.rnn.PackedSequence) else out
+    if isinstance(out, torch.Tensor) and out.requires_grad:
+        def refuse(grad):
+            raise DevicePlacementError(
+                f"backward through {type(module).__name__} run in eval mode: cuDNN refuses it on a "
+                "GPU ('cudnn RNN backward can only be called in training mode'). Take such "
+                "gradients in train mode, with dropout off")
+        out.register_hook(refuse)
+
+
+def install(device: torch.device) -> None:
+    """Start checking placement against `device` (once per process)."""
+    if _installed:
+        return
+    mode = _Check(torch.device(device))
+    mode.__enter__()  # active for the rest of the session
+    _installed.extend([mode, nn.modules.module.register_module_forward_pre_hook(_module_placed),
+                       nn.modules.module.register_module_forward_hook(_cudnn_rnn_rule)])
