@@ -134,11 +134,18 @@ def adjoint_norms(dH: torch.Tensor) -> torch.Tensor:
 
 
 def state_grad_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """||dL/dh_t|| (T,) of a classifier with `forward(x, return_states=True)` (mean CE loss)."""
-    logits, states = model(x, return_states=True)  # (B, C), (B, T, H)
-    F.cross_entropy(logits, y).backward()
+    """||dL/dh_t|| (T,) of a classifier with `forward(x, return_states=True)` (mean CE loss).
+
+    Runs in train mode (cuDNN backpropagates through recurrent layers only there), so use it
+    on models without dropout; the mode is restored afterwards.
+    """
+    was_training, device = model.training, next(model.parameters()).device
+    model.train()
+    logits, states = model(x.to(device), return_states=True)  # (B, C), (B, T, H)
+    F.cross_entropy(logits, y.to(device)).backward()
     model.zero_grad(set_to_none=True)  # we only wanted the states' gradients
-    return adjoint_norms(states.grad.detach())
+    model.train(was_training)
+    return adjoint_norms(states.grad.detach()).cpu()
 
 
 # ---------------------------------------------------------------------------- truncated BPTT

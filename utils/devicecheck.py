@@ -47,6 +47,17 @@ def _describe(t: torch.Tensor) -> str:
     return f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
 
 
+# operations that may mix devices on a GPU too (copies, metadata, packing's CPU lengths)
+PASS_THROUGH = {"__set__", "__repr__", "__format__", "__len__", "__bool__", "__iter__",
+                "__hash__", "dim", "size", "numel", "is_floating_point", "item", "tolist",
+                "__setitem__", "copy_", "set_", "_has_compatible_shallow_copy_type"}
+PACKING = {"_pack_padded_sequence", "_pad_packed_sequence"}
+RECURRENT = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
+
+
+DEVICE_GETTER, GRAD_GETTER = torch.Tensor.device.__get__, torch.Tensor.grad.__get__
+
+
 class _Check(TorchFunctionMode):
     """Runs every torch operation and keeps track of which tensors are on `target`."""
 
@@ -72,10 +83,21 @@ class _Check(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
-        if name in ("__get__", "__set__", "__repr__", "__format__", "__len__", "__bool__", "dim",
-                    "size", "numel", "is_floating_point", "__setitem__", "copy_", "_pack_padded_sequence",
-                    "item", "tolist", "__iter__", "__hash__"):
+        if func == DEVICE_GETTER:  # a tensor on run.device says so, so `device=x.device` follows it
+            return self.target if on_device(args[0]) else func(*args, **kwargs)
+        if func == GRAD_GETTER:  # autograd writes gradients where their parameter lives
+            return _mark(func(*args, **kwargs), on_device(args[0]))
+        if name == "__set__" and len(args) == 2 and isinstance(args[1], torch.Tensor):
+            _mark(args[0], on_device(args[1]))  # `param.data = moved`, as Module.to does
+        if name in ("__get__", "__deepcopy__"):  # properties (x.T, x.data) and copies keep the place
+            out = func(*args, **kwargs)
+            return _mark(out, on_device(args[0])) if isinstance(out, torch.Tensor) else out
+        if name in PASS_THROUGH:
             return func(*args, **kwargs)
+        if name in PACKING:  # data on the device, batch sizes on the CPU: as on a GPU
+            out = func(*args, **kwargs)
+            _mark(out[0], on_device(args[0]))
+            return out
         if name in ("numpy", "__array__") and on_device(args[0]):
             raise DevicePlacementError(
                 f"`{name}` of a tensor on run.device {_describe(args[0])}: on a GPU this fails. "
@@ -87,6 +109,8 @@ class _Check(TorchFunctionMode):
         host = [t for t in tensors if not on_device(t) and t.dim() > 0]
         if name == "__getitem__" and tensors and on_device(tensors[0]):
             host = []  # a device tensor may be indexed with CPU indices
+        if name in RECURRENT:  # a packed sequence's batch sizes live on the CPU, also on a GPU
+            host = [t for t in host if t.is_floating_point()]
         if moved and host:
             raise DevicePlacementError(
                 f"`{name}` mixes a tensor on run.device {_describe(moved[0])} with a CPU tensor "

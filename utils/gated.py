@@ -74,8 +74,10 @@ class LSTMCell(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor) -> None:
-        """Copy one direction of one layer of `nn.LSTM` (weights (4H, D) and (4H, H))."""
+        """Copy one direction of one layer of `nn.LSTM` (weights (4H, D) and (4H, H)) onto
+        the weights' device."""
         H = self.hidden_size
+        self.to(w_ih.device)  # the copy lives where the reference does
         for k, gate in enumerate(self.GATES):
             rows = slice(k * H, (k + 1) * H)  # block k of the i, f, g, o stack
             getattr(self, f"W_x{gate}").copy_(w_ih[rows].T)  # torch computes x @ W^T
@@ -134,9 +136,10 @@ class GRUCell(nn.Module):
 
         Weights are copied as they are. This reproduces `nn.GRU` for reset="after" and
         z_weights="old"; with z_weights="new" negate W_xz, W_hz and b_z as well, since
-        1 - sigma(a) = sigma(-a).
+        1 - sigma(a) = sigma(-a). The copy lives on the weights' device.
         """
         H = self.hidden_size
+        self.to(w_ih.device)
         for k, gate in enumerate(self.GATES):
             rows = slice(k * H, (k + 1) * H)  # block k of the r, z, n stack
             getattr(self, f"W_x{gate}").copy_(w_ih[rows].T)

@@ -75,6 +75,7 @@ class RNNScratch(nn.Module):
         if w_ih.shape != (self.hidden_size, self.input_size):
             raise ValueError(f"weight_ih{sfx} is {tuple(w_ih.shape)}, expected "
                              f"({self.hidden_size}, {self.input_size})")
+        self.to(w_ih.device)  # the copy lives where the reference does
         self.W_xh.copy_(w_ih.T)  # torch stores (H, E) and computes x @ W.T
         self.W_hh.copy_(w_hh.T)
         self.b_h.copy_(getattr(rnn, "bias_ih" + sfx) + getattr(rnn, "bias_hh" + sfx))

@@ -66,6 +66,15 @@ def get_device() -> torch.device:
     return device
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait until `device` has finished its queued work. GPU kernels run asynchronously, so a
+    clock read without this measures the launching, not the computing; on a CPU it is a no-op."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def supported_precisions(device: torch.device) -> list[str]:
     """The training precisions `device` supports: float32 always; bfloat16 autocast on CPUs and
     on GPUs from Ampere on; float16 autocast (with a loss scaler) on CUDA and MPS. Which is
@@ -141,6 +150,10 @@ def setup(seed: int = 0, threads: int | None = None, quiet: bool = False) -> Run
             raise ValueError(f"threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
     seed_everything(seed)
+    # cuDNN would use TensorFloat-32 on recent GPUs: ~1e-3 errors, so "equals nn.RNN / nn.Conv2d"
+    # checks would fail there. Full float32, as on a CPU; autocast is the course's speed knob.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     use_course_style()
     run = Run(seed=seed, device=get_device(), fast=is_fast())
     if os.environ.get("SEQ_DEVICE_CHECK") == "1":  # the test run's GPU stand-in on a CPU

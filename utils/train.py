@@ -211,7 +211,7 @@ def time_precisions(model: nn.Module, batch, step: Step, precisions: list[str] |
 
     times = {}
     for precision in precisions or supported_precisions(model_device(model)):
-        m = copy.deepcopy(model)
+        m = copy.deepcopy(model).to(model_device(model))  # a copy on the same device
         opt = torch.optim.SGD(m.parameters(), lr=0.0)  # the update's cost, not its effect
         for n in (1, updates):  # warm-up, then the timed updates
             log = fit(m, itertools.repeat(batch), step, opt, updates=n, precision=precision, log_every=None)
