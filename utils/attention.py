@@ -28,6 +28,8 @@ import math
 import torch
 from torch import nn
 
+from utils.loading import check_same
+
 Tensor = torch.Tensor
 
 
@@ -332,11 +334,18 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy `nn.MultiheadAttention` (batch_first or not): in_proj stacks W_q, W_k, W_v by rows."""
+        """Copy `nn.MultiheadAttention` (batch_first or not): in_proj stacks W_q, W_k, W_v by rows.
+
+        Refuses a module whose configuration differs (heads, biases, add_bias_kv, ...): the copy
+        would compute another function.
+        """
+        ours = {"d_model": self.d_model, "n_heads": self.n_heads, "bias": self.W_q.bias is not None,
+                "add_bias_kv": False, "add_zero_attn": False, "kdim = vdim = d_model": True}
+        check_same("nn.MultiheadAttention", ours, {
+            "d_model": mha.embed_dim, "n_heads": mha.num_heads,
+            "bias": mha.in_proj_bias is not None, "add_bias_kv": mha.bias_k is not None,
+            "add_zero_attn": mha.add_zero_attn, "kdim = vdim = d_model": mha._qkv_same_embed_dim})
         E = self.d_model
-        if mha.embed_dim != E or mha.num_heads != self.n_heads or mha.in_proj_weight is None:
-            raise ValueError("need an nn.MultiheadAttention with the same d_model and n_heads "
-                             "and one packed in_proj_weight (kdim = vdim = d_model)")
         for i, W in enumerate((self.W_q, self.W_k, self.W_v)):
             W.weight.copy_(mha.in_proj_weight[i * E:(i + 1) * E])  # (E, E), rows = outputs
             if W.bias is not None:
