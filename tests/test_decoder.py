@@ -61,6 +61,17 @@ def test_decoder_block_rejects_other_norm_placement():
         DecoderBlock(DecoderConfig(d_model=8, n_heads=2, d_ff=16)).load_from_torch(ref)
 
 
+def test_decoder_block_refuses_another_activation():
+    # before: only norm_first was compared; a GELU layer loaded into a ReLU block
+    ref = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True, activation="gelu")
+    ours = DecoderBlock(DecoderConfig(d_model=8, n_heads=2, d_ff=16))
+    with pytest.raises(ValueError, match="activation: nn.TransformerDecoderLayer has 'gelu', ours has 'relu'"):
+        ours.load_from_torch(ref)
+    ref = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True, layer_norm_eps=1e-6)
+    with pytest.raises(ValueError, match="eps: nn.TransformerDecoderLayer has 1e-06, ours has 1e-05"):
+        ours.load_from_torch(ref)
+
+
 def test_decoder_stack_returns_weights_per_layer():
     dec = Decoder(DecoderConfig(d_model=8, n_heads=2, d_ff=16, n_layers=3, dropout=0.0)).eval()
     x, memory, keep = torch.randn(2, 4, 8), torch.randn(2, 5, 8), keep_mask([5, 2], 5)
