@@ -602,7 +602,7 @@ class TorchTransformer(_TranslatorInterface):
             warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
             self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers,
                                        cfg.d_ff, cfg.dropout,
-                                       activation=cfg.activation if cfg.activation != "gelu_tanh" else "gelu",
+                                       activation=ACTIVATIONS[cfg.activation],  # gelu_tanh too
                                        layer_norm_eps=cfg.eps, batch_first=True, norm_first=cfg.norm_first)
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
