@@ -153,6 +153,11 @@ ACTIVATIONS = {  # FFN nonlinearities: the paper's ReLU, BERT's exact GELU, GPT-
 }
 
 
+HF_ACTIVATIONS = {  # Hugging Face's names (GPT-2's activation_function, ViT's hidden_act) -> ours
+    "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+}
+
+
 def activation_name(act) -> str:
     """The `ACTIVATIONS` name of a function or module (as PyTorch's layers hold), else its repr."""
     if isinstance(act, nn.ReLU):
