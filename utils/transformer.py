@@ -13,7 +13,8 @@ Pre-LN (GPT-2, ViT and most models since; Xiong et al. 2020; `norm_first=True`):
 ReZero (Bachlechner et al. 2020; `block="rezero"`, notebook 12): no layer norm at all,
     x = x + a_1 MHA(x),         x = x + a_2 FFN(x)      with trained scalars a_1 = a_2 = 0 at start
 Multi-head attention itself lives in `utils.attention.MultiHeadAttention`. Every block has a
-`load_from_torch` that copies PyTorch's own module, so the equivalence tests are one line.
+`load_from_torch` that copies PyTorch's own module, so the equivalence tests are one line; it
+refuses a module configured otherwise (heads, activation, norm placement, epsilon, biases).
 
 Shapes: B batch, T tokens, E = d_model, nh heads, F = d_ff (the feed-forward width).
 """
