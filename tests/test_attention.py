@@ -102,8 +102,42 @@ def test_masked_softmax_gradient_of_fully_masked_row_is_finite():
 def test_masked_softmax_rejects_bad_masks():
     with pytest.raises(TypeError, match="bool"):
         masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 4))
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(ValueError, match=r"\(B, Tk\) key mask, here \(2, 4\); got \(2, 5\)"):
         masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        masked_softmax(torch.randn(2, 3, 4), torch.ones(2, 3, 5, dtype=torch.bool))
+
+
+def test_masked_softmax_reads_a_2d_mask_as_a_key_mask_for_any_scores():
+    # scores (B, nh, T, S) with B == T: a (B, S) key mask used to broadcast as a (T, S) mask
+    torch.manual_seed(0)
+    scores = torch.randn(3, 2, 3, 5)  # (B, nh, T, S)
+    keep = torch.arange(5)[None, :] < torch.tensor([5, 2, 1])[:, None]  # (B, S)
+    ref = masked_softmax(scores, keep[:, None, None, :])  # (B, 1, 1, S), spelled out
+    assert torch.equal(masked_softmax(scores, keep), ref)
+    assert torch.all(masked_softmax(scores, keep)[1, :, :, 2:] == 0)  # input 1 has 2 real keys
+    three_d = masked_softmax(scores[:, 0], keep)  # (B, T, S): the same reading
+    assert torch.equal(three_d, ref[:, 0])
+
+
+def test_masked_softmax_takes_a_full_rank_mask_that_broadcasts():
+    torch.manual_seed(0)
+    scores = torch.randn(2, 4, 4)  # (B, Tq, Tk)
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()  # (Tq, Tk)
+    w = masked_softmax(scores, causal[None])  # (1, Tq, Tk): one causal mask for the batch
+    assert w.shape == scores.shape and torch.all(w.triu(1) == 0)
+    assert torch.allclose(w, torch.softmax(scores.masked_fill(~causal, float("-inf")), -1))
+
+
+def test_masked_softmax_refuses_masks_it_would_misread():
+    scores = torch.randn(1, 4, 4)  # (B = 1, Tq, Tk)
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()  # (Tq, Tk): not a (B, Tk) key mask
+    with pytest.raises(ValueError, match=r"key mask.*mask\[None\]"):
+        masked_softmax(scores, causal)  # used to return (4, 4, 4) weights
+    with pytest.raises(ValueError, match="axes"):
+        masked_softmax(scores, torch.ones(4, dtype=torch.bool))  # (Tk,): neither form
+    with pytest.raises(ValueError, match="would change"):
+        masked_softmax(scores, torch.ones(3, 4, 4, dtype=torch.bool))  # would grow the batch
 
 
 def test_attention_pool_shapes_and_padding_is_ignored():

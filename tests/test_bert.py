@@ -54,6 +54,23 @@ def test_matches_hugging_face_bert_model_with_copied_weights_and_padding():
         load_state_dict_hf(BertEncoder(SMALL), {"nothing": torch.zeros(1)})
 
 
+def test_without_segment_ids_every_token_is_in_sentence_a():
+    # BertModel's default token_type_ids are zeros (sentence A); every single-sentence use of
+    # ours (MLM, MiniLM features, classification) relies on the same default
+    hf = small_hf_bert()
+    ours = load_state_dict_hf(BertEncoder(BertConfig.from_hf(hf.config)), hf.state_dict()).eval()
+    ids = torch.randint(0, 40, (2, 6))
+    with torch.no_grad():
+        theirs = hf(ids).last_hidden_state
+        mine = ours(ids)[0]
+        sentence_a = ours(ids, segments=torch.zeros_like(ids))[0]
+        sentence_b = ours(ids, segments=torch.ones_like(ids))[0]
+    diff = (mine - theirs).abs().max().item()
+    print(f"no segment ids, ours vs BertModel: max |diff| = {diff:.1e}")
+    assert diff < 1e-5 and torch.allclose(mine, sentence_a, atol=1e-6)
+    assert (mine - sentence_b).abs().max() > 1e-2  # the two segment embeddings differ
+
+
 def test_mask_tokens_follows_the_80_10_10_recipe():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 1000, (64, 256), generator=g)

@@ -58,6 +58,27 @@ def test_padding_does_not_change_logits(name):
     assert diff < 1e-6
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_each_review_gets_the_logits_it_gets_alone(name):
+    # a review's logits must not depend on its batch-mates (e.g. through the longest length)
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    tokens, lengths = toy_batch()
+    together = model(tokens, lengths)  # (B, C)
+    alone = torch.cat([model(tokens[i:i + 1], lengths[i:i + 1]) for i in range(len(lengths))])
+    diff = (together - alone).abs().max().item()
+    print(f"{name}: max |logits in the batch - logits alone| = {diff:.1e}")
+    assert diff < 1e-6
+
+
+def test_bag_of_embeddings_averages_the_real_tokens_only():
+    torch.manual_seed(0)
+    model = BagOfEmbeddings(V, E, C).eval()
+    tokens, lengths = toy_batch()
+    means = torch.stack([model.embedding(tokens[i, :n]).mean(0) for i, n in enumerate(lengths)])
+    assert torch.allclose(model(tokens, lengths), model.head(means), atol=1e-6)
+
+
 def test_padded_last_read_does_depend_on_padding():
     torch.manual_seed(0)
     model = RecurrentClassifier(V, E, H, C, read="padded_last").eval()

@@ -61,6 +61,42 @@ def test_decoder_block_rejects_other_norm_placement():
         DecoderBlock(DecoderConfig(d_model=8, n_heads=2, d_ff=16)).load_from_torch(ref)
 
 
+def test_decoder_block_refuses_another_activation():
+    # before: only norm_first was compared; a GELU layer loaded into a ReLU block
+    ref = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True, activation="gelu")
+    ours = DecoderBlock(DecoderConfig(d_model=8, n_heads=2, d_ff=16))
+    with pytest.raises(ValueError, match="activation: nn.TransformerDecoderLayer has 'gelu', ours has 'relu'"):
+        ours.load_from_torch(ref)
+    ref = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True, layer_norm_eps=1e-6)
+    with pytest.raises(ValueError, match="eps: nn.TransformerDecoderLayer has 1e-06, ours has 1e-05"):
+        ours.load_from_torch(ref)
+
+
+def copy_torch_transformer(ref: TorchTransformer, ours: Transformer) -> Transformer:
+    """Our Transformer with the weights of `ref` (pre-LN: both end each stack with a layer norm)."""
+    ours.load_state_dict({k: v for k, v in ref.state_dict().items() if not k.startswith("core.")},
+                         strict=False)
+    for stack, theirs in ((ours.encoder, ref.core.encoder), (ours.decoder, ref.core.decoder)):
+        for block, layer in zip(stack.blocks, theirs.layers):
+            block.load_from_torch(layer)
+        stack.norm.load_from_torch(theirs.norm)
+    return ours
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_torch_reference_computes_our_transformer_with_copied_weights(activation):
+    # before: TorchTransformer handed exact "gelu" to nn.Transformer for "gelu_tanh"
+    # (logits 1.2e-4 apart in float64)
+    ref = tiny_model(cls=TorchTransformer, norm_first=True, activation=activation).double()
+    ours = tiny_model(seed=1, norm_first=True, activation=activation).double()
+    ours = copy_torch_transformer(ref, ours)
+    src, src_mask, tgt = batch()
+    with torch.no_grad():
+        diff = (ours(src, src_mask, tgt) - ref(src, src_mask, tgt)).abs().max().item()
+    print(f"Transformer vs TorchTransformer ({activation}, float64): max |diff| = {diff:.1e}")
+    assert diff < 1e-10
+
+
 def test_decoder_stack_returns_weights_per_layer():
     dec = Decoder(DecoderConfig(d_model=8, n_heads=2, d_ff=16, n_layers=3, dropout=0.0)).eval()
     x, memory, keep = torch.randn(2, 4, 8), torch.randn(2, 5, 8), keep_mask([5, 2], 5)

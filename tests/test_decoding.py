@@ -103,6 +103,63 @@ def test_beam_log_prob_is_the_sum_of_token_log_probs():
     assert math.isclose(total, hyp.log_prob, rel_tol=1e-4, abs_tol=1e-4)
 
 
+def three_inputs():
+    """A batch of three different inputs: other first tokens and other start states."""
+    g = torch.Generator().manual_seed(5)
+    return torch.tensor([[0], [2], [4]]), {"h": torch.randn(3, 8, generator=g)}
+
+
+def exhaustive(model, prefix, state, max_len, alpha):
+    """Every hypothesis of one input (1, t) by brute force: tokens -> (log p, log p / len^alpha).
+
+    A hypothesis ends at its first eos (which counts in its length) or after max_len tokens.
+    """
+    found = {}
+
+    def visit(tokens, prefix, state, log_p):
+        log_probs, state = model.step(prefix, state)  # (1, V)
+        for v in range(V):
+            seq, lp = tokens + (v,), log_p + log_probs[0, v].item()
+            if v == EOS or len(seq) == max_len:
+                found[seq] = (lp, lp / len(seq) ** alpha)
+            else:
+                visit(seq, torch.cat([prefix, torch.tensor([[v]])], 1), state, lp)
+
+    visit((), prefix, state, 0.0)
+    return found
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.7, 1.0])
+@torch.no_grad()
+def test_beam_as_wide_as_every_hypothesis_is_exhaustive_search_for_each_input(alpha):
+    # V = 6, max_len = 3: 1 + 5 + 25 hypotheses end in eos, 125 are cut at max_len
+    model = TinyLM(seed=2).eval()
+    prefix, state = three_inputs()
+    results = beam_search(model.step, prefix, state, 3, EOS, beam_size=156, alpha=alpha)
+    for b, hyps in enumerate(results):
+        ref = exhaustive(model, prefix[b:b + 1], select_state(state, torch.tensor([b])), 3, alpha)
+        got = {tuple(h.tokens): (h.log_prob, h.score) for h in hyps}
+        assert got.keys() == ref.keys()
+        worst = max(abs(got[k][i] - ref[k][i]) for k in ref for i in (0, 1))
+        assert worst < 1e-5, f"input {b}: log p or score off by {worst:.1e}"
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        best = max(ref, key=lambda k: ref[k][1])
+        assert math.isclose(hyps[0].score, ref[best][1], abs_tol=1e-5)
+
+
+@torch.no_grad()
+def test_beam_search_of_a_batch_equals_one_input_at_a_time():
+    model = TinyLM(seed=4).eval()
+    prefix, state = three_inputs()
+    together = beam_search(model.step, prefix, state, 8, EOS, beam_size=3)
+    for b in range(3):
+        alone = beam_search(model.step, prefix[b:b + 1], select_state(state, torch.tensor([b])),
+                            8, EOS, beam_size=3)[0]
+        assert [h.tokens for h in together[b]] == [h.tokens for h in alone], f"input {b}"
+        for h, a in zip(together[b], alone):
+            assert math.isclose(h.log_prob, a.log_prob, abs_tol=1e-5)
+
+
 def test_sampling_top_k_one_equals_greedy_and_temperature_matters():
     model = TinyLM().eval()
     with torch.no_grad():

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import randomize_
 
 from utils.decoding import greedy_decode, sample
 from utils.gpt import (
@@ -71,6 +72,49 @@ def test_matches_hugging_face_gpt2_with_copied_weights(tie):
             diff = (ours(x) - hf(x).logits).abs().max().item()
         print(f"GPT vs GPT2LMHeadModel (sdpa={sdpa}, tied={tie}): max |diff| = {diff:.1e}")
         assert diff < 1e-5
+
+
+GPT2_MISMATCHES = {  # a change to the tiny GPT-2 config or to ours, what the error says
+    "heads": (dict(n_head=4), {}, "n_heads: GPT2LMHeadModel has 4, ours has 2"),
+    "activation": (dict(activation_function="relu"), {}, "activation: GPT2LMHeadModel has 'relu', ours has 'gelu_tanh'"),
+    "exact gelu": ({}, dict(activation="gelu"), "activation: GPT2LMHeadModel has 'gelu_tanh', ours has 'gelu'"),
+    "eps": (dict(layer_norm_epsilon=1e-6), {}, "eps: GPT2LMHeadModel has 1e-06, ours has 1e-05"),
+    "d_ff": (dict(n_inner=32), {}, "d_ff: GPT2LMHeadModel has 32, ours has 64"),
+    "untied": (dict(tie_word_embeddings=False), {}, "tie_weights: GPT2LMHeadModel has False, ours has True"),
+    "post-LN": ({}, dict(norm_first=False), "norm_first: GPT2LMHeadModel has True, ours has False"),
+    "rezero": ({}, dict(block="rezero"), "block: GPT2LMHeadModel has 'standard', ours has 'rezero'"),
+    "embed_norm": ({}, dict(embed_norm=True), "embed_norm: GPT2LMHeadModel has False, ours has True"),
+    "unscaled": (dict(scale_attn_weights=False), {}, "scale_attn_weights: GPT2LMHeadModel has False"),
+    "by layer": (dict(scale_attn_by_inverse_layer_idx=True), {}, "scale_attn_by_inverse_layer_idx: GPT2LMHeadModel has True"),
+    "positions": (dict(n_positions=8), {}, "block_size: GPT2LMHeadModel has n_positions = 8, ours has 16"),
+}
+
+
+def tiny_gpt2(**changes):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(**{"vocab_size": 11, "n_positions": 16, "n_embd": 16, "n_layer": 2,
+                                     "n_head": 2, "bos_token_id": 0, "eos_token_id": 0, **changes})
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.mark.parametrize("case", GPT2_MISMATCHES)
+def test_load_from_hf_refuses_a_gpt2_configured_otherwise(case):
+    # before: a 4-head GPT-2 loaded into a 2-head GPT, a ReLU GPT-2 into the tanh-GELU GPT
+    theirs, ours, message = GPT2_MISMATCHES[case]
+    with pytest.raises(ValueError, match=message):
+        load_from_hf(tiny(**ours), tiny_gpt2(**theirs))
+
+
+def test_load_from_hf_near_miss_only_where_asked():
+    hf = randomize_(tiny_gpt2())  # GPT-2's small init would hide the activation's effect
+    near = load_from_hf(tiny(activation="gelu"), hf, ignore=("activation",))  # notebook 10's near miss
+    ours = load_from_hf(tiny(), hf)
+    x = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        ref = hf(x).logits
+        assert (ours(x) - ref).abs().max() < 1e-5 < (near(x) - ref).abs().max()
+    with pytest.raises(ValueError, match="n_heads"):
+        load_from_hf(tiny(n_heads=4, activation="gelu"), hf, ignore=("activation",))
 
 
 def test_sampling_cold_equals_greedy_and_top_k_stays_in_the_k_best():

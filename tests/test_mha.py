@@ -100,6 +100,32 @@ def test_bad_inputs_raise_clear_errors():
         mha(torch.randn(2, 4, 7))
 
 
+REFUSED = {  # ours, the torch module, what the error must say
+    "bias dropped": (dict(bias=False), dict(), "bias: nn.MultiheadAttention has True, ours has False"),
+    "bias missing": (dict(), dict(bias=False), "bias: nn.MultiheadAttention has False, ours has True"),
+    "add_bias_kv": (dict(), dict(add_bias_kv=True), "add_bias_kv: nn.MultiheadAttention has True"),
+    "add_zero_attn": (dict(), dict(add_zero_attn=True), "add_zero_attn: nn.MultiheadAttention has True"),
+    "heads": (dict(n_heads=4), dict(), "n_heads: nn.MultiheadAttention has 2, ours has 4"),
+    "kdim": (dict(), dict(kdim=4, vdim=4), "kdim = vdim = d_model: nn.MultiheadAttention has False"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_load_from_torch_refuses_what_it_cannot_copy(case):
+    # before: the biases were dropped silently (outputs off by ~1), the extra key/value row and
+    # the zero attention ignored, and a bias-free module failed with a NoneType TypeError
+    ours, theirs, message = REFUSED[case]
+    mha = MultiHeadAttention(8, **{"n_heads": 2, **ours})
+    with pytest.raises(ValueError, match=message):
+        mha.load_from_torch(nn.MultiheadAttention(8, 2, batch_first=True, **theirs))
+
+
+def test_bias_free_module_loads_into_a_bias_free_one():
+    mha, ref = pair(bias=False)
+    x = torch.randn(2, 5, 8)
+    assert torch.allclose(mha(x)[0], ref(x, x, x)[0], atol=1e-6)
+
+
 def test_tiny_overfit():
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2)

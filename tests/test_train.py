@@ -217,3 +217,20 @@ def test_checkpoint_refuses_unstorable_config(tmp_path):
     with pytest.raises(TypeError, match="config.opt"):
         save_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2), {"opt": object()})
     assert not (tmp_path / "c.pt").exists()
+
+
+def test_checkpoint_extras_with_numpy_scalars_load(tmp_path):
+    """Extras go through the same conversion as the config (they used to be written as numpy
+    objects that `load_checkpoint`, weights_only, then refused to read)."""
+    import numpy as np
+
+    model = nn.Linear(2, 2)
+    save_checkpoint(tmp_path / "c.pt", model, best_epoch=np.int64(3),
+                    history={"val_loss": [np.float32(0.5), 0.25]}, table=torch.arange(3))
+    state = load_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
+    assert state["best_epoch"] == 3 and type(state["best_epoch"]) is int
+    assert state["history"] == {"val_loss": [0.5, 0.25]}
+    assert torch.equal(state["table"], torch.arange(3))  # tensors are stored as they are
+    with pytest.raises(TypeError, match="extra.note"):
+        save_checkpoint(tmp_path / "d.pt", model, note=object())
+    assert not (tmp_path / "d.pt").exists()

@@ -48,6 +48,46 @@ def test_encoder_block_matches_torch_layer_with_padding_mask(norm_first):
     assert torch.allclose(ours(x)[0], ref(x), atol=1e-5)  # and without a mask
 
 
+LAYER_MISMATCHES = {  # a change to nn.TransformerEncoderLayer(8, 2, 16), what the error says
+    "activation": (dict(activation="gelu"), "activation: {} has 'gelu', ours has 'relu'"),
+    "eps": (dict(layer_norm_eps=1e-6), "eps: {} has 1e-06, ours has 1e-05"),
+    "bias": (dict(bias=False), "bias: {} has False, ours has True"),
+    "norm_first": (dict(norm_first=True), "norm_first: {} has True, ours has False"),
+    "heads": (dict(nhead=4), "n_heads: {} has 4, ours has 2"),
+    "d_ff": (dict(dim_feedforward=32), "d_ff: {} has 32, ours has 16"),
+}
+
+
+@pytest.mark.parametrize("field", LAYER_MISMATCHES)
+def test_encoder_block_refuses_a_layer_configured_otherwise(field):
+    # before: a GELU layer loaded into a ReLU block without a word (outputs off by ~0.15)
+    change, message = LAYER_MISMATCHES[field]
+    ref = nn.TransformerEncoderLayer(**{"d_model": 8, "nhead": 2, "dim_feedforward": 16,
+                                        "batch_first": True, **change})
+    with pytest.raises(ValueError, match=message.format("nn.TransformerEncoderLayer")):
+        EncoderBlock(EncoderConfig(d_model=8, n_heads=2, d_ff=16)).load_from_torch(ref)
+
+
+@pytest.mark.parametrize("name, torch_activation", [("gelu", "gelu"), ("gelu", nn.GELU()),
+                                                    ("gelu_tanh", nn.GELU(approximate="tanh")),
+                                                    ("relu", nn.ReLU())])
+def test_encoder_block_loads_each_activation_it_can_name(name, torch_activation):
+    torch.manual_seed(0)
+    ref = randomize_(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
+                                                activation=torch_activation)).eval()
+    ours = EncoderBlock(EncoderConfig(8, 2, 16, dropout=0.0, activation=name))
+    ours = ours.load_from_torch(ref).eval()
+    x = torch.randn(2, 5, 8)
+    assert torch.allclose(ours(x)[0], ref(x), atol=1e-5)
+
+
+def test_layer_norm_refuses_another_epsilon():
+    with pytest.raises(ValueError, match="eps: nn.LayerNorm has 1e-12, ours has 1e-05"):
+        LayerNorm(8).load_from_torch(nn.LayerNorm(8, eps=1e-12))
+    with pytest.raises(ValueError, match="elementwise_affine: nn.LayerNorm has False"):
+        LayerNorm(8).load_from_torch(nn.LayerNorm(8, elementwise_affine=False))
+
+
 def test_param_count_formula_matches_torch_and_textbook():
     layer = nn.TransformerEncoderLayer(512, 8, 2048)
     assert block_param_count(512, 8, 2048) == sum(p.numel() for p in layer.parameters()) == 3_152_384

@@ -105,8 +105,33 @@ def test_matches_hugging_face_vit_with_copied_weights(transformers):
             diff_h = (ours.features(x)[0] - hidden).abs().max().item()
         print(f"ViT vs ViTForImageClassification (sdpa={sdpa}): logits {diff:.1e}, tokens {diff_h:.1e}")
         assert diff < 1e-4 and diff_h < 1e-4
-    with pytest.raises(ValueError, match="sizes differ"):
+    with pytest.raises(ValueError, match="d_model: ViTForImageClassification has 16, ours has 8"):
         load_from_hf(tiny(d_model=8), hf)
+
+
+VIT_MISMATCHES = {  # a change to the tiny HF config or to ours, what the error says
+    "heads": (dict(num_attention_heads=4), {}, "n_heads: {} has 4, ours has 2"),
+    "activation": (dict(hidden_act="relu"), {}, "activation: {} has 'relu', ours has 'gelu'"),
+    "tanh gelu": ({}, dict(activation="gelu_tanh"), "activation: {} has 'gelu', ours has 'gelu_tanh'"),
+    "eps": ({}, dict(eps=1e-6), "eps: {} has 1e-12, ours has 1e-06"),
+    "d_ff": (dict(intermediate_size=48), {}, "d_ff: {} has 48, ours has 32"),
+    "qkv_bias": (dict(qkv_bias=False), {}, "qkv_bias: {} has False, ours has True"),
+    "patch": ({}, dict(patch_size=2), "patch_size: {} has 4, ours has 2"),
+    "classes": (dict(num_labels=5), {}, "n_classes: {} has 5, ours has 3"),
+}
+
+
+@pytest.mark.parametrize("case", VIT_MISMATCHES)
+def test_load_from_hf_refuses_a_vit_configured_otherwise(transformers, case):
+    # before: the head count was not compared (a 4-head ViT loaded into a 2-head one)
+    theirs, ours, message = VIT_MISMATCHES[case]
+    hc = transformers.ViTConfig(**{"image_size": 8, "patch_size": 4, "num_channels": 2,
+                                   "hidden_size": 16, "num_hidden_layers": 2,
+                                   "num_attention_heads": 2, "intermediate_size": 32,
+                                   "num_labels": 3, **theirs})
+    hf = transformers.ViTForImageClassification(hc).eval()
+    with pytest.raises(ValueError, match=message.format("ViTForImageClassification")):
+        load_from_hf(tiny(**{"eps": 1e-12, "d_ff": 32, **ours}), hf)
 
 
 def test_augment_keeps_shape_and_shifts():

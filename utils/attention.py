@@ -6,8 +6,8 @@ Attention pools values v_i with weights that depend on how well a query q matche
 
 Everything is batch-first and batched over queries: q (B, Tq, d_q), K (B, Tk, d_k),
 V (B, Tk, d_v); scores and weights are (B, Tq, Tk); the pooled output is (B, Tq, d_v).
-A key mask is bool, True on real keys and False on padding, shaped (B, Tk) or broadcastable
-to (B, Tq, Tk).
+A key mask is bool, True on real keys and False on padding, shaped (B, Tk); a mask that differs
+per query has as many axes as the scores, e.g. (B, Tq, Tk) or (1, Tq, Tk) (see `masked_softmax`).
 
 Score functions a(q, k) (notebook 07 derives each):
 - Gaussian kernel  -(q - k)^2 / (2 sigma^2)       Nadaraya (1964), Watson (1964)
@@ -28,29 +28,47 @@ import math
 import torch
 from torch import nn
 
+from utils.loading import check_same
+
 Tensor = torch.Tensor
 
 
 # ---------------------------------------------------------------------------- masked softmax
 def _check_mask(scores: Tensor, mask: Tensor) -> Tensor:
-    """Bring a key mask to a shape that broadcasts against scores (B, Tq, Tk)."""
+    """The mask with as many axes as the scores (..., Tk), or a ValueError that says why not."""
     if mask.dtype != torch.bool:
         raise TypeError(f"the mask must be bool (True = real key), got {mask.dtype}")
-    if mask.dim() == 2 and scores.dim() == 3:
-        mask = mask[:, None, :]  # (B, 1, Tk): the same keys for every query
+    shape, B, Tk = tuple(scores.shape), scores.shape[0], scores.shape[-1]
+    if mask.dim() == 2 and scores.dim() > 2:  # a key mask: the same keys for every query
+        if mask.shape[0] not in (1, B) or mask.shape[1] not in (1, Tk):
+            raise ValueError(f"a 2-D mask is a (B, Tk) key mask, here ({B}, {Tk}); got "
+                             f"{tuple(mask.shape)} for scores {shape}. For a (Tq, Tk) mask "
+                             "shared by the whole batch (e.g. causal) pass mask[None]")
+        mask = mask.view(mask.shape[0], *[1] * (scores.dim() - 2), mask.shape[1])  # (B, 1.., Tk)
+    if mask.dim() != scores.dim():
+        raise ValueError(f"mask {tuple(mask.shape)} for scores {shape}: pass a (B, Tk) key mask "
+                         f"or a mask with as many axes as the scores ({scores.dim()})")
     try:
-        torch.broadcast_shapes(mask.shape, scores.shape)
+        grown = torch.broadcast_shapes(mask.shape, scores.shape)
     except RuntimeError as err:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to scores "
-                         f"{tuple(scores.shape)}: pass a (B, Tk) key mask or a (B, Tq, Tk) "
-                         "mask") from err
+        raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to scores {shape}: pass a "
+                         "(B, Tk) key mask or a mask with size 1 or the scores' size on each axis"
+                         ) from err
+    if grown != scores.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} would change the scores' shape {shape} to "
+                         f"{tuple(grown)}: its sizes must be 1 or the scores' sizes")
     return mask
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """Softmax over the last axis that gives masked-out keys a weight of exactly 0.
 
-    scores (..., Tk); mask bool, True on keys to keep, (B, Tk) or broadcastable to scores.
+    scores (..., Tk), e.g. (B, Tq, Tk) or (B, nh, Tq, Tk); mask bool, True on keys to keep:
+    - (B, Tk), a key mask: the same keys for every query (and head), the padding of each input;
+    - or a mask with as many axes as the scores, each of size 1 or the scores' size, e.g.
+      (1, Tq, Tk) for one causal mask shared by the batch.
+    A 2-D mask is always read as (B, Tk), unlike the `attn_mask` of
+    `F.scaled_dot_product_attention`: a (Tq, Tk) mask must be passed as mask[None].
     A row with no real key at all (e.g. a padded query over an empty source) gets all zeros
     instead of the NaN that softmax over -inf everywhere would give.
     """
@@ -316,11 +334,18 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy `nn.MultiheadAttention` (batch_first or not): in_proj stacks W_q, W_k, W_v by rows."""
+        """Copy `nn.MultiheadAttention` (batch_first or not): in_proj stacks W_q, W_k, W_v by rows.
+
+        Refuses a module whose configuration differs (heads, biases, add_bias_kv, ...): the copy
+        would compute another function.
+        """
+        ours = {"d_model": self.d_model, "n_heads": self.n_heads, "bias": self.W_q.bias is not None,
+                "add_bias_kv": False, "add_zero_attn": False, "kdim = vdim = d_model": True}
+        check_same("nn.MultiheadAttention", ours, {
+            "d_model": mha.embed_dim, "n_heads": mha.num_heads,
+            "bias": mha.in_proj_bias is not None, "add_bias_kv": mha.bias_k is not None,
+            "add_zero_attn": mha.add_zero_attn, "kdim = vdim = d_model": mha._qkv_same_embed_dim})
         E = self.d_model
-        if mha.embed_dim != E or mha.num_heads != self.n_heads or mha.in_proj_weight is None:
-            raise ValueError("need an nn.MultiheadAttention with the same d_model and n_heads "
-                             "and one packed in_proj_weight (kdim = vdim = d_model)")
         for i, W in enumerate((self.W_q, self.W_k, self.W_v)):
             W.weight.copy_(mha.in_proj_weight[i * E:(i + 1) * E])  # (E, E), rows = outputs
             if W.bias is not None:

@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.loading import check_same
 from utils.schedules import warmup_cosine
 from utils.train import autocast, fit, model_device, to_device
-from utils.transformer import Encoder, EncoderConfig, LayerNorm, LearnedPositions
+from utils.transformer import HF_ACTIVATIONS, Encoder, EncoderConfig, LayerNorm, LearnedPositions
 
 Tensor = torch.Tensor
 
@@ -150,15 +151,19 @@ def param_count(model: nn.Module) -> int:
 
 # ---------------------------------------------------------------------------- reference: GPT-2
 @torch.no_grad()
-def load_from_hf(model: GPT, hf) -> GPT:
-    """Copy the weights of a Hugging Face `GPT2LMHeadModel` (same sizes, pre-LN) into `model`.
+def load_from_hf(model: GPT, hf, ignore: tuple[str, ...] = ()) -> GPT:
+    """Copy the weights of a Hugging Face `GPT2LMHeadModel` into `model`.
 
     GPT-2 stores its projections as `Conv1D` with weights (in, out), the transpose of
     `nn.Linear`'s (out, in), and packs W_q, W_k, W_v into one `c_attn` of width 3E.
+    A GPT-2 configured otherwise (heads, activation, epsilon, tying, ...) is refused: the copy
+    would compute another function. `ignore` names fields not to compare, for a near miss.
     """
     cfg, E = model.cfg, model.cfg.d_model
-    if not cfg.norm_first or hf.config.n_embd != E or hf.config.n_layer != cfg.n_layers:
-        raise ValueError("need a pre-LN GPT with the same d_model and n_layers as the GPT-2 config")
+    check_same("GPT2LMHeadModel", gpt2_fields(cfg), hf_gpt2_fields(hf), ignore)
+    if cfg.block_size > hf.config.n_positions:
+        raise ValueError(f"block_size: GPT2LMHeadModel has n_positions = {hf.config.n_positions}"
+                         f", ours has {cfg.block_size}: build ours with block_size <= n_positions")
     t = hf.transformer
     model.tok.weight.copy_(t.wte.weight)
     model.pos.P.weight.copy_(t.wpe.weight[:cfg.block_size])
@@ -178,6 +183,27 @@ def load_from_hf(model: GPT, hf) -> GPT:
     if not cfg.tie_weights:
         model.head.weight.copy_(hf.lm_head.weight)
     return model
+
+
+def gpt2_fields(cfg: GPTConfig) -> dict:
+    """What `load_from_hf` compares: every field of ours that changes the function."""
+    return {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
+            "n_heads": cfg.n_heads, "d_ff": cfg.d_ff or 4 * cfg.d_model,
+            "activation": cfg.activation, "eps": cfg.eps, "tie_weights": cfg.tie_weights,
+            "norm_first": cfg.norm_first, "block": cfg.block, "embed_norm": cfg.embed_norm,
+            "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+
+
+def hf_gpt2_fields(hf) -> dict:
+    """The same fields of a Hugging Face GPT-2 (always pre-LN, no embedding norm)."""
+    c = hf.config
+    return {"vocab_size": c.vocab_size, "d_model": c.n_embd, "n_layers": c.n_layer,
+            "n_heads": c.n_head, "d_ff": c.n_inner or 4 * c.n_embd,
+            "activation": HF_ACTIVATIONS.get(c.activation_function, c.activation_function),
+            "eps": c.layer_norm_epsilon, "tie_weights": hf.lm_head.weight is hf.transformer.wte.weight,
+            "norm_first": True, "block": "standard", "embed_norm": False,
+            "scale_attn_weights": c.scale_attn_weights,
+            "scale_attn_by_inverse_layer_idx": c.scale_attn_by_inverse_layer_idx}
 
 
 # ---------------------------------------------------------------------------- decoding

@@ -306,6 +306,24 @@ class _Budget:
 
 
 # ---------------------------------------------------------------------------- checkpoints
+def _plain(value, key: str, tensors: bool = False):
+    """`value` with numpy/torch scalars turned into Python numbers, recursively; anything that
+    `torch.load(weights_only=True)` could not read back is refused here, naming `key`."""
+    if isinstance(value, dict):
+        return {k: _plain(v, f"{key}.{k}", tensors) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v, f"{key}[{i}]", tensors) for i, v in enumerate(value))
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy/torch scalar
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if tensors and isinstance(value, torch.Tensor):
+        return value
+    raise TypeError(f"checkpoint {key} = {value!r} ({type(value).__name__}) cannot be stored: "
+                    "use numbers, strings, bools, None, lists, tuples or dicts"
+                    + (" (or tensors)" if tensors else ""))
+
+
 def plain_config(config: dict | None) -> dict:
     """`config` with numpy scalars turned into Python numbers, so `weights_only` loading accepts it.
 
@@ -313,27 +331,19 @@ def plain_config(config: dict | None) -> dict:
     would save fine and then fail to load. Anything that is not a number, string, bool, None,
     list, tuple or dict is refused here, at save time, with the offending key.
     """
-    def plain(value, key):
-        if isinstance(value, dict):
-            return {k: plain(v, f"{key}.{k}") for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(plain(v, f"{key}[{i}]") for i, v in enumerate(value))
-        if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy/torch scalar
-            return value.item()
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        raise TypeError(f"checkpoint config {key} = {value!r} ({type(value).__name__}) cannot be "
-                        "stored: use numbers, strings, bools, None, lists, tuples or dicts")
-
-    return plain(config or {}, "config")
+    return _plain(config or {}, "config")
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, config: dict | None = None,
                     optimizer: torch.optim.Optimizer | None = None, **extra) -> None:
-    """Save weights (and optimizer state, config, extras) in a `weights_only`-loadable file."""
+    """Save weights (and optimizer state, config, extras) in a `weights_only`-loadable file.
+
+    Extras are converted like the config (numpy scalars become numbers); tensors may be extras too.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"model": model.state_dict(), "config": plain_config(config), **extra}
+    state = {"model": model.state_dict(), "config": plain_config(config),
+             **_plain(extra, "extra", tensors=True)}
     if optimizer is not None:
         state["optimizer"] = optimizer.state_dict()
     tmp = path.with_suffix(path.suffix + ".part")

@@ -13,7 +13,8 @@ Pre-LN (GPT-2, ViT and most models since; Xiong et al. 2020; `norm_first=True`):
 ReZero (Bachlechner et al. 2020; `block="rezero"`, notebook 12): no layer norm at all,
     x = x + a_1 MHA(x),         x = x + a_2 FFN(x)      with trained scalars a_1 = a_2 = 0 at start
 Multi-head attention itself lives in `utils.attention.MultiHeadAttention`. Every block has a
-`load_from_torch` that copies PyTorch's own module, so the equivalence tests are one line.
+`load_from_torch` that copies PyTorch's own module, so the equivalence tests are one line; it
+refuses a module configured otherwise (heads, activation, norm placement, epsilon, biases).
 
 Shapes: B batch, T tokens, E = d_model, nh heads, F = d_ff (the feed-forward width).
 """
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.attention import MultiHeadAttention
+from utils.loading import check_same
 
 Tensor = torch.Tensor
 
@@ -129,17 +131,41 @@ class LayerNorm(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, ln: nn.LayerNorm) -> LayerNorm:
+        """Copy gamma and beta of `nn.LayerNorm`; refuse another width, epsilon or no gamma/beta."""
+        ours = {"normalized_shape": tuple(self.gamma.shape), "eps": self.eps,
+                "elementwise_affine": True, "bias": True}
+        check_same("nn.LayerNorm", ours, {
+            "normalized_shape": tuple(ln.normalized_shape), "eps": ln.eps,
+            "elementwise_affine": ln.weight is not None, "bias": ln.bias is not None})
         self.gamma.copy_(ln.weight)
         self.beta.copy_(ln.bias)
-        self.eps = ln.eps
         return self
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GPT-2's GELU: x Phi(x) with the Gaussian CDF Phi approximated through tanh."""
+    return F.gelu(x, approximate="tanh")
 
 
 ACTIVATIONS = {  # FFN nonlinearities: the paper's ReLU, BERT's exact GELU, GPT-2's tanh GELU
     "relu": F.relu,
     "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_tanh": gelu_tanh,
 }
+
+
+HF_ACTIVATIONS = {  # Hugging Face's names (GPT-2's activation_function, ViT's hidden_act) -> ours
+    "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+}
+
+
+def activation_name(act) -> str:
+    """The `ACTIVATIONS` name of a function or module (as PyTorch's layers hold), else its repr."""
+    if isinstance(act, nn.ReLU):
+        return "relu"
+    if isinstance(act, nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    return next((name for name, fn in ACTIVATIONS.items() if act is fn), repr(act))
 
 
 class FeedForward(nn.Module):
@@ -225,9 +251,10 @@ class EncoderBlock(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
-        """Copy the weights of `nn.TransformerEncoderLayer` (same sizes and norm_first)."""
-        if layer.norm_first != self.norm_first:
-            raise ValueError(f"norm_first differs: torch layer {layer.norm_first}, ours {self.norm_first}")
+        """Copy the weights of `nn.TransformerEncoderLayer`; refuse one configured otherwise
+        (sizes, heads, norm_first, activation, epsilon, biases)."""
+        check_same("nn.TransformerEncoderLayer", block_fields(self, self.attn),
+                   torch_layer_fields(layer))
         self.attn.load_from_torch(layer.self_attn)
         for ours, theirs in ((self.ffn.W_1, layer.linear1), (self.ffn.W_2, layer.linear2)):
             ours.weight.copy_(theirs.weight)
@@ -235,6 +262,21 @@ class EncoderBlock(nn.Module):
         self.norm1.load_from_torch(layer.norm1)
         self.norm2.load_from_torch(layer.norm2)
         return self
+
+
+def block_fields(block: nn.Module, attn: MultiHeadAttention) -> dict:
+    """What a block's `load_from_torch` compares: the fields that change its function."""
+    return {"d_model": attn.d_model, "n_heads": attn.n_heads, "d_ff": block.ffn.W_1.out_features,
+            "norm_first": block.norm_first, "activation": activation_name(block.ffn.act),
+            "eps": block.norm1.eps, "bias": True}
+
+
+def torch_layer_fields(layer: nn.Module) -> dict:
+    """The same fields of `nn.TransformerEncoderLayer` or `nn.TransformerDecoderLayer`."""
+    return {"d_model": layer.self_attn.embed_dim, "n_heads": layer.self_attn.num_heads,
+            "d_ff": layer.linear1.out_features, "norm_first": layer.norm_first,
+            "activation": activation_name(layer.activation), "eps": layer.norm1.eps,
+            "bias": layer.linear1.bias is not None}
 
 
 class ReZeroBlock(nn.Module):
@@ -363,10 +405,10 @@ class DecoderBlock(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
-        """Copy `nn.TransformerDecoderLayer` (same sizes and norm_first); its cross-attention
-        is called `multihead_attn`."""
-        if layer.norm_first != self.norm_first:
-            raise ValueError(f"norm_first differs: torch layer {layer.norm_first}, ours {self.norm_first}")
+        """Copy `nn.TransformerDecoderLayer`, refusing one configured otherwise (as
+        `EncoderBlock.load_from_torch`); its cross-attention is called `multihead_attn`."""
+        check_same("nn.TransformerDecoderLayer", block_fields(self, self.self_attn),
+                   torch_layer_fields(layer))
         self.self_attn.load_from_torch(layer.self_attn)
         self.cross_attn.load_from_torch(layer.multihead_attn)
         for ours, theirs in ((self.ffn.W_1, layer.linear1), (self.ffn.W_2, layer.linear2)):
@@ -566,7 +608,7 @@ class TorchTransformer(_TranslatorInterface):
             warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
             self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers,
                                        cfg.d_ff, cfg.dropout,
-                                       activation=cfg.activation if cfg.activation != "gelu_tanh" else "gelu",
+                                       activation=ACTIVATIONS[cfg.activation],  # gelu_tanh too
                                        layer_norm_eps=cfg.eps, batch_first=True, norm_first=cfg.norm_first)
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):

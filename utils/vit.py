@@ -26,9 +26,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 11)
+from utils.loading import check_same
 from utils.schedules import WarmupCosine
 from utils.train import autocast, fit, model_device
-from utils.transformer import Encoder, EncoderConfig, LearnedPositions
+from utils.transformer import HF_ACTIVATIONS, Encoder, EncoderConfig, LearnedPositions
 
 Tensor = torch.Tensor
 
@@ -155,19 +156,17 @@ def _init_vit(module: nn.Module) -> None:
 
 # ---------------------------------------------------------------------------- reference: HF ViT
 @torch.no_grad()
-def load_from_hf(model: VisionTransformer, hf) -> VisionTransformer:
+def load_from_hf(model: VisionTransformer, hf, ignore: tuple[str, ...] = ()) -> VisionTransformer:
     """Copy a Hugging Face `ViTForImageClassification` (or a bare `ViTModel`) into `model`.
 
     Hugging Face embeds patches with a `Conv2d(C, E, kernel=p, stride=p)`: its kernel (E, C, p, p)
     flattened to (E, C p^2) is our `patch_embed` weight. Its position table is (1, T, E), its
     class token (1, 1, E); each layer keeps query, key and value as separate linear layers, and
     the classifier reads the class token after the final layer norm, as ours does.
+    A ViT configured otherwise (sizes, heads, activation, epsilon, ...) is refused; `ignore`
+    names fields not to compare, for a near miss.
     """
-    cfg, hc = model.cfg, hf.config
-    sizes = (hc.hidden_size, hc.num_hidden_layers, hc.patch_size, hc.image_size, hc.num_channels)
-    if sizes != (cfg.d_model, cfg.n_layers, cfg.patch_size, cfg.image_size, cfg.in_channels):
-        raise ValueError(f"sizes differ: HF (E, L, p, image, C) = {sizes}, ours = "
-                         f"{(cfg.d_model, cfg.n_layers, cfg.patch_size, cfg.image_size, cfg.in_channels)}")
+    check_same(type(hf).__name__, vit_fields(model.cfg), hf_vit_fields(hf, model.cfg), ignore)
     vit = getattr(hf, "vit", hf)  # ViTForImageClassification wraps a ViTModel as .vit
     emb = vit.embeddings
     model.patch_embed.weight.copy_(emb.patch_embeddings.projection.weight.flatten(1))  # (E, C p^2)
@@ -189,6 +188,25 @@ def load_from_hf(model: VisionTransformer, hf) -> VisionTransformer:
         model.head.weight.copy_(hf.classifier.weight)
         model.head.bias.copy_(hf.classifier.bias)
     return model
+
+
+def vit_fields(cfg: ViTConfig) -> dict:
+    """What `load_from_hf` compares: every field of ours that changes the function."""
+    return {"d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+            "d_ff": cfg.d_ff or 2 * cfg.d_model, "activation": cfg.activation, "eps": cfg.eps,
+            "patch_size": cfg.patch_size, "image_size": cfg.image_size,
+            "in_channels": cfg.in_channels, "qkv_bias": True, "n_classes": cfg.n_classes}
+
+
+def hf_vit_fields(hf, cfg: ViTConfig) -> dict:
+    """The same fields of a Hugging Face ViT (a bare `ViTModel` has no classes to compare)."""
+    c = hf.config
+    return {"d_model": c.hidden_size, "n_layers": c.num_hidden_layers,
+            "n_heads": c.num_attention_heads, "d_ff": c.intermediate_size,
+            "activation": HF_ACTIVATIONS.get(c.hidden_act, c.hidden_act),
+            "eps": c.layer_norm_eps, "patch_size": c.patch_size, "image_size": c.image_size,
+            "in_channels": c.num_channels, "qkv_bias": c.qkv_bias,
+            "n_classes": c.num_labels if hasattr(hf, "classifier") else cfg.n_classes}
 
 
 def _hf_linears(layer) -> tuple[nn.Linear, ...]:
