@@ -16,3 +16,9 @@ def test_license_file_is_the_mit_license_the_metadata_names():
     assert text.startswith("MIT License") and "Copyright (c) 2026 the course authors" in text
     assert project_field("license") == "MIT"
 
+
+def test_python_versions_have_no_unmeasured_upper_cap():
+    """No `<3.x` cap without a measured reason (issue 34); conda asks for the same range."""
+    assert project_field("requires-python") == ">=3.10"
+    conda = (ROOT / "environment.yml").read_text()
+    assert re.search(r"^\s*- python>=3\.10\s*$", conda, re.M)
