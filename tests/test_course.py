@@ -1,7 +1,13 @@
 """Notebook files: Colab badge and setup cell derived from the one REPO_URL, clean outputs."""
 
+import io
 import json
+import os
 import re
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -34,10 +40,6 @@ def test_committed_outputs_are_clean(path):
 
 def _run_setup_cell(monkeypatch, on_colab: bool) -> list[list[str]]:
     """Execute the setup cell with subprocess.run recorded instead of run; return its commands."""
-    import subprocess
-    import sys
-    import types
-
     calls: list[list[str]] = []
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(list(cmd)))
     monkeypatch.setattr(sys, "path", list(sys.path))  # the cell prepends the clone folder
@@ -59,6 +61,64 @@ def test_setup_cell_clones_repo_url_and_installs_it_on_colab(monkeypatch):
     assert clone[:2] == ["git", "clone"] and course.REPO_URL in clone
     folder = clone[-1]
     assert install[1:] == ["-m", "pip", "install", "-q", "-e", folder]
+
+
+# ---------------------------------------------------------------------------- the runner
+def _tiny_notebook(folder: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os\nprint(os.environ.get('SEQ_RECORD_RESULTS'), os.environ.get('SEQ_FAST'))")]
+    path = folder / "99_tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_runner_reports_fast_mode_and_lets_the_kernel_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SEQ_FAST", "true")  # the case that used to print "full"
+    monkeypatch.delenv("SEQ_RECORD_RESULTS", raising=False)
+    path = _tiny_notebook(tmp_path)
+    assert course.main(["run", str(path)]) == 0
+    assert "(fast mode)" in capsys.readouterr().out
+    out = "".join(json.loads(path.read_text())["cells"][0]["outputs"][0]["text"])
+    assert out.strip() == "1 true", "the kernel sees the runner's SEQ_RECORD_RESULTS=1"
+    assert "SEQ_RECORD_RESULTS" not in os.environ, "the runner restores its own environment"
+
+
+def test_runner_reports_full_mode(monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("SEQ_FAST", raising=False)
+    monkeypatch.setattr(course, "run", lambda path: 1.0)
+    assert course.main(["run", str(_tiny_notebook(tmp_path))]) == 0
+    assert "(full mode)" in capsys.readouterr().out
+
+
+def test_runner_asks_before_running_all_notebooks(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(course, "run", lambda path: ran.append(path) or 1.0)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: nobody to ask
+    assert course.main(["run"]) == 1 and ran == []
+    assert "--all" in capsys.readouterr().out
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda question: "n")
+    assert course.main(["run"]) == 1 and ran == []
+    monkeypatch.setattr("builtins.input", lambda question: "y")
+    assert course.main(["run"]) == 0 and ran == NOTEBOOKS
+    ran.clear()
+    assert course.main(["run", "--all"]) == 0 and ran == NOTEBOOKS
+
+
+def test_runner_resolves_names_and_explains_unknown_ones():
+    assert course.resolve("03") == course.resolve("03_recurrent_neural_networks") == NOTEBOOKS[2]
+    with pytest.raises(SystemExit, match="choose from: 01_text_preprocessing"):
+        course.resolve("99")
+
+
+@pytest.mark.parametrize("module", ["utils.course", "utils.results"])
+def test_both_commands_answer_help(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                          text=True, cwd=course.REPO_ROOT, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

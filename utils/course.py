@@ -2,24 +2,29 @@
 
 `REPO_URL` is the one place the repository address lives. Every notebook's Colab badge and
 Colab setup cell are generated from it (`python -m utils.course sync`), and a test checks
-they agree (`python -m utils.course check`). `python -m utils.course run NB...` executes
-notebooks top to bottom in full mode and stores their outputs, as committed.
+they agree (`python -m utils.course check`). A fork changes `REPO_URL` (and `BRANCH`), then
+syncs. `python -m utils.course run NB...` executes notebooks top to bottom and stores their
+outputs and results, as committed (`--help` for the options).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
+# A fork changes these two lines, then runs `python -m utils.course sync` and commits.
 REPO_URL = "https://github.com/sequence-models-course/sequence-models"
 BRANCH = "main"
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
+RESULTS = NOTEBOOKS / "results"
 SETUP_MARKER = "# Colab only:"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
-
 
 def colab_url(notebook: str) -> str:
     path = REPO_URL.removeprefix("https://github.com/")
@@ -44,12 +49,17 @@ if "google.colab" in sys.modules:
     sys.path.insert(0, folder)  # an editable install is only seen after a kernel restart'''
 
 
+# ---------------------------------------------------------------------------- notebook files
 def notebook_paths() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def _badge_line(cell_source: str) -> str | None:
     return next((ln for ln in cell_source.splitlines() if BADGE_IMAGE in ln), None)
+
+
+def _setup_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SETUP_MARKER)]
 
 
 def problems(path: Path) -> list[str]:
@@ -61,7 +71,7 @@ def problems(path: Path) -> list[str]:
     first_md = next((c for c in nb.cells if c.cell_type == "markdown"), None)
     if first_md is None or _badge_line(first_md.source) != colab_badge(path.name):
         found.append(f"{path.name}: the first markdown cell lacks the badge {colab_badge(path.name)}")
-    setup = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SETUP_MARKER)]
+    setup = _setup_cells(nb)
     if not setup or setup[0].source != setup_cell_source():
         found.append(f"{path.name}: the Colab setup cell differs from utils.course.setup_cell_source()")
     first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
@@ -79,7 +89,7 @@ def sync(path: Path) -> None:
     old = _badge_line(first_md.source)
     badge = colab_badge(path.name)
     first_md.source = first_md.source.replace(old, badge) if old else f"{first_md.source}\n\n{badge}"
-    setup = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SETUP_MARKER)]
+    setup = _setup_cells(nb)
     if setup:
         setup[0].source = setup_cell_source()
     else:
@@ -88,43 +98,119 @@ def sync(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+# ---------------------------------------------------------------------------- the runner
 def run(path: Path, timeout: int = 1800) -> float:
-    """Execute a notebook in full mode, top to bottom, storing outputs; returns seconds taken."""
+    """Execute a notebook top to bottom in the current mode, storing its outputs and letting
+    `save_results` write the tracked notebooks/results/*.json; returns seconds taken."""
     import nbformat
     from nbconvert.preprocessors import ExecutePreprocessor
 
-    os.environ["SEQ_QUIET"] = "1"  # no progress bars in stored outputs
+    from utils.results import RECORD_ENV
+
     nb = nbformat.read(path, as_version=4)
+    saved = {k: os.environ.get(k) for k in ("SEQ_QUIET", RECORD_ENV)}
+    os.environ.update({"SEQ_QUIET": "1", RECORD_ENV: "1"})  # the kernel inherits both
     start = time.perf_counter()
-    ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
-        nb, {"metadata": {"path": str(path.parent)}}
-    )
+    try:
+        ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
+            nb, {"metadata": {"path": str(path.parent)}}
+        )
+    finally:
+        _restore_env(saved)
     for cell in nb.cells:  # keep diffs small: no per-cell timing metadata
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
     return time.perf_counter() - start
 
 
+def _restore_env(saved: dict) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def resolve(name: str) -> Path:
+    """A notebook from a path, a file name, a stem or its number ("03")."""
+    direct = Path(name)
+    if direct.suffix == ".ipynb" and direct.exists():
+        return direct
+    matches = [p for p in notebook_paths() if p.name == name or p.stem == name
+               or p.name.startswith(f"{name}_")]
+    if len(matches) != 1:
+        choices = ", ".join(p.stem for p in notebook_paths())
+        raise SystemExit(f"no single notebook matches {name!r}; choose from: {choices}")
+    return matches[0]
+
+
+def _last_full_runs_min(paths: list[Path]) -> float:
+    """Minutes the last recorded full runs of these notebooks took, from notebooks/results."""
+    records = [RESULTS / f"{p.stem}.json" for p in paths]
+    return sum(json.loads(r.read_text())["wall_time_s"] for r in records if r.exists()) / 60
+
+
+def confirm_all(paths: list[Path], mode: str) -> bool:
+    """Ask before a run that overwrites every notebook; refuse when nobody can answer."""
+    question = (f"Run all {len(paths)} notebooks in {mode} mode, overwriting their stored outputs "
+                f"and results (the last full runs took {_last_full_runs_min(paths):.0f} min on a "
+                "2-core CPU)? [y/N] ")
+    if not sys.stdin.isatty():
+        print("`run` without notebook names runs all of them: pass --all to confirm, or name "
+              "the notebooks (e.g. `python -m utils.course run 03`).")
+        return False
+    return input(question).strip().lower() in {"y", "yes"}
+
+
+def run_command(names: list[str], all_confirmed: bool) -> int:
+    from utils.settings import is_fast  # the same reading of SEQ_FAST as the notebooks
+
+    mode = "fast" if is_fast() else "full"
+    paths = [resolve(n) for n in names] or notebook_paths()
+    if not names and not all_confirmed and not confirm_all(paths, mode):
+        return 1
+    if mode == "fast":
+        print("fast mode (SEQ_FAST is set): the stored outputs will be a quick run's, not the "
+              "committed full run's; results are not recorded")
+    for p in paths:
+        print(f"{p.name}: {run(p):.0f} s ({mode} mode)", flush=True)
+    return 0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m utils.course",
+        description=f"The course's notebooks as files. Repository: {REPO_URL} ({BRANCH}).")
+    sub = parser.add_subparsers(dest="command", metavar="{check,sync,run}")
+    helps = {
+        "check": "check that badges and Colab setup cells agree with REPO_URL (the default)",
+        "sync": "rewrite every badge and Colab setup cell from REPO_URL",
+        "run": "execute notebooks top to bottom in the mode SEQ_FAST sets (full by default), "
+               "storing outputs and recording notebooks/results/*.json",
+    }
+    for command, text in helps.items():
+        p = sub.add_parser(command, help=text, description=text)
+        p.add_argument("notebooks", nargs="*",
+                       help="paths, names or numbers (e.g. 03); none: all notebooks")
+    sub.choices["run"].add_argument("--all", action="store_true",
+                                    help="with no names, run all notebooks without asking")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
-    command, names = (argv[0] if argv else "check"), argv[1:]
-    paths = [NOTEBOOKS / n if not n.endswith(".ipynb") else Path(n) for n in names] or notebook_paths()
-    paths = [p.with_suffix(".ipynb") for p in paths]
+    args = parse_args(argv)
+    command, names = args.command or "check", getattr(args, "notebooks", [])
+    if command == "run":
+        return run_command(names, args.all)
+    paths = [resolve(n) for n in names] or notebook_paths()
     if command == "sync":
         for p in paths:
             sync(p)
         print(f"synced {len(paths)} notebooks with {REPO_URL}")
-    elif command == "check":
-        found = [msg for p in paths for msg in problems(p)]
-        print("\n".join(found) or f"{len(paths)} notebooks agree with {REPO_URL}")
-        return 1 if found else 0
-    elif command == "run":
-        os.environ.setdefault("SEQ_FAST", "0")
-        for p in paths:
-            print(f"{p.name}: {run(p):.0f} s ({'fast' if os.environ['SEQ_FAST'] == '1' else 'full'} mode)")
-    else:
-        print("usage: python -m utils.course [sync|check|run] [notebook ...]")
-        return 2
-    return 0
+        return 0
+    found = [msg for p in paths for msg in problems(p)]
+    print("\n".join(found) or f"{len(paths)} notebooks agree with {REPO_URL}")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
