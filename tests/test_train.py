@@ -101,7 +101,7 @@ def test_schedule_function_and_lr_scheduler_set_the_rate_of_each_update():
 
 def test_eval_every_keep_best_and_the_final_validation():
     torch.manual_seed(0)
-    model, loader = nn.Linear(3, 2), _toy_problem()
+    model = nn.Linear(3, 2)
     scores = iter([0.3, 0.9, 0.5, 0.4])
     weights = []
 

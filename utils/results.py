@@ -1,16 +1,21 @@
 """Headline numbers of each notebook's last full run, and the README table built from them.
 
 A notebook ends with `save_results(run, "01_text_preprocessing", metrics={...}, sizes={...})`.
-In full mode that writes `notebooks/results/01_text_preprocessing.json`; in fast mode it only
-says it skipped, so quick runs never overwrite real results. `python -m utils.results`
-rewrites the README results table from those files; a test keeps the two in sync.
+In full mode, run by the course's runner (`python -m utils.course run`, which sets
+`SEQ_RECORD_RESULTS=1`), that writes the tracked `notebooks/results/01_text_preprocessing.json`.
+A full run anywhere else (a student's JupyterLab or Colab) writes its numbers beside them, to
+the git-ignored `notebooks/results/local/`, so it never changes the committed results or
+breaks the README table test. In fast mode it only says it skipped. `python -m utils.results`
+rewrites the README results table from the tracked files; a test keeps the two in sync.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -21,7 +26,9 @@ import torch
 from utils.settings import Run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO_ROOT / "notebooks" / "results"
+RESULTS_DIR = REPO_ROOT / "notebooks" / "results"  # tracked: the committed full runs
+LOCAL_DIR = RESULTS_DIR / "local"  # git-ignored: full runs made outside the runner
+RECORD_ENV = "SEQ_RECORD_RESULTS"  # "1": this run may write RESULTS_DIR (set by the runner)
 README = REPO_ROOT / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 MAX_SHOWN = 8  # metrics per notebook in the README; the JSON file has them all
@@ -38,7 +45,10 @@ def _plain(value):
 
 def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = None,
                  results_dir: Path | None = None) -> Path | None:
-    """Record a full run's metrics (name -> number) and dataset sizes; skipped in fast mode."""
+    """Record a full run's metrics (name -> number) and dataset sizes; skipped in fast mode.
+
+    Written to `results_dir` if given, else to RESULTS_DIR under the runner, else LOCAL_DIR.
+    """
     if not re.fullmatch(r"\d\d_[a-z0-9_]+", notebook):
         raise ValueError(f"notebook must look like '01_text_preprocessing', got {notebook!r}")
     if run.fast:
@@ -55,11 +65,20 @@ def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = No
         "dataset_sizes": {k: _plain(v) for k, v in (sizes or {}).items()},
         "metrics": {k: _plain(v) for k, v in metrics.items()},
     }
-    path = (results_dir or RESULTS_DIR) / f"{notebook}.json"
+    path = Path(results_dir or _target_dir()) / f"{notebook}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"recorded {len(metrics)} metrics to results/{path.name}")
+    if path.parent == LOCAL_DIR:
+        print(f"recorded {len(metrics)} metrics to results/local/{path.name} (your run; the "
+              f"committed results/{path.name} change only through `python -m utils.course run`)")
+    else:
+        print(f"recorded {len(metrics)} metrics to results/{path.name}")
     return path
+
+
+def _target_dir() -> Path:
+    """The tracked results when the course's runner asks for them, else the git-ignored copy."""
+    return RESULTS_DIR if os.environ.get(RECORD_ENV, "").strip() == "1" else LOCAL_DIR
 
 
 def load_metrics(notebook: str, results_dir: Path | None = None) -> dict | None:
@@ -106,7 +125,16 @@ def update_readme(readme: Path = README) -> None:
     readme.write_text(f"{head}{START}\n{render_table()}\n{END}{tail}")
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
+    argparse.ArgumentParser(
+        prog="python -m utils.results",
+        description="Rewrite the README results table from the committed notebooks/results/*.json "
+                    "(the last full runs made by `python -m utils.course run`).",
+    ).parse_args(argv)
     update_readme()
-    print(f"README results table rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files",
-          file=sys.stdout)
+    print(f"README results table rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
