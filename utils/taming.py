@@ -130,9 +130,11 @@ def run_char_gpt(cfg: GPTConfig, train_ids: Tensor, val_ids: Tensor, steps: int,
 
 # ---------------------------------------------------------------------------- diagnostics
 def block_grad_norms(model: GPT, x: Tensor, y: Tensor) -> list[float]:
-    """|dL/dtheta_l| for each block l (all its parameters together), on one batch x, y (B, T)."""
+    """|dL/dtheta_l| for each block l (all its parameters together), on one batch x, y (B, T)
+    (moved to the model's device)."""
     model.zero_grad(set_to_none=True)
-    model(x, y)[1].backward()
+    device = next(model.parameters()).device
+    model(x.to(device), y.to(device))[1].backward()
     norms = _block_norms(model)
     model.zero_grad(set_to_none=True)
     return norms
