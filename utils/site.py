@@ -38,6 +38,7 @@ SITE_DIR = REPO_ROOT / "site"  # Sphinx configuration, CSS, the slide template
 SRC = REPO_ROOT / "build" / "site-src"  # generated Sphinx sources
 OUT = REPO_ROOT / "build" / "site"
 RESULTS = REPO_ROOT / "notebooks" / "results"
+NBVAL_MARKER = "# NBVAL_CHECK_OUTPUT"
 COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
 
 
@@ -80,6 +81,14 @@ def _offline_badge(source: str, name: str) -> str:
     return new if n else f'{source}\n\n{links.format(url=colab_url(name + ".ipynb"))}'
 
 
+def _drop_test_markers(nb) -> None:
+    """`# NBVAL_CHECK_OUTPUT` tells the test suite to compare a cell's output; readers and
+    audiences do not need it."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and cell["source"].startswith(NBVAL_MARKER):
+            cell["source"] = cell["source"][len(NBVAL_MARKER):].lstrip("\n")
+
+
 def notebook_page(nb, name: str):
     """The copy of a notebook that Sphinx renders: offline badge and slide link, a link to the
     API entry under every shown source, solution cells marked for the toggles."""
@@ -99,6 +108,7 @@ def notebook_page(nb, name: str):
             f"<code>{html.escape(target)}</code></a> (API reference)</p>")
     ex = find_exercises(nb.cells)
     starts = {cells[0]: k for k, cells in ex.groups.items()} if ex else {}
+    _drop_test_markers(nb)
     cells = []
     for i, cell in enumerate(nb.cells):
         if SOLUTION_TAG in cell.metadata.get("tags", []):
@@ -315,6 +325,7 @@ def slide_deck(nb, name: str, exporter) -> str:
     nb = json.loads(json.dumps(nb))
     first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
     first["source"] = COLAB_BADGE.sub(r'<a href="\1">Open in Colab</a>', first["source"])
+    _drop_test_markers(nb)
     import nbformat
 
     body, _ = exporter.from_notebook_node(
