@@ -34,12 +34,12 @@ class Browser:
     """One headless Chromium with one tab; `events` holds every protocol event received."""
 
     def __init__(self, binary: str, width: int = 1280, height: int = 900):
-        self.profile = tempfile.TemporaryDirectory()
+        self.profile = tempfile.mkdtemp(prefix="chromium-")
         port = _free_port()
         flags = [
             "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
             f"--remote-debugging-port={port}", "--remote-debugging-address=127.0.0.1",
-            f"--user-data-dir={self.profile.name}", f"--window-size={width},{height}",
+            f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # the network cut off
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--disable-default-apps", "--no-default-browser-check", "about:blank",
@@ -153,4 +153,4 @@ class Browser:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-            self.profile.cleanup()
+            shutil.rmtree(self.profile, ignore_errors=True)  # helpers may still be exiting

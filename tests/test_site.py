@@ -224,6 +224,12 @@ def test_notebook_page_in_a_browser(browser, server, shots):
     _offline_and_clean(browser, server)
 
 
+def test_search_works_offline(browser, server):
+    _visit(browser, server, "search.html?q=perplexity")
+    browser.wait_for("document.querySelectorAll('#search-results li, ul.search li').length > 0")
+    _offline_and_clean(browser, server)
+
+
 def test_slide_deck_in_a_browser(browser, server, shots):
     _visit(browser, server, "slides/03_recurrent_neural_networks.slides.html")
     browser.wait_for("typeof Reveal !== 'undefined' && Reveal.isReady()")
