@@ -35,8 +35,7 @@ from utils.notebook_meta import SOLUTION_TAG, duration, find_exercises, notebook
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SITE_DIR = REPO_ROOT / "site"  # Sphinx configuration, CSS, the slide template
-SRC = REPO_ROOT / "build" / "site-src"  # generated Sphinx sources
-OUT = REPO_ROOT / "build" / "site"
+OUT = REPO_ROOT / "build" / "site"  # next to it: site-src (generated sources), site-doctrees
 RESULTS = REPO_ROOT / "notebooks" / "results"
 NBVAL_MARKER = "# NBVAL_CHECK_OUTPUT"
 COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
@@ -192,13 +191,12 @@ def landing_page(paths: list[Path]) -> str:
 
     readme = (REPO_ROOT / "README.md").read_text()
     intro = readme.split("\n\n")[1] if "\n\n" in readme else ""
-    teaches = _readme_rows()
+    teaches, names = _readme_rows(), {p.stem[:2]: p.stem for p in paths}
     rows = ["| # | notebook: what it teaches | builds on | full run | slides |",
             "|---|---|---|---|---|"]
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         number, (title, prereq) = path.stem[:2], _header(nb)
-        names = {p.stem[:2]: p.stem for p in paths}
         after = ", ".join(f"[{n}](notebooks/{names[n]}.ipynb)" for n in
                           _builds_on(prereq, int(number)) if n in names) or "-"
         result = RESULTS / f"{path.stem}.json"
@@ -300,7 +298,7 @@ def api_index(modules: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------- build
-def prepare(src: Path = SRC, paths: list[Path] | None = None) -> None:
+def prepare(src: Path, paths: list[Path] | None = None) -> None:
     """Write the Sphinx sources: landing page, notebook copies, API pages."""
     import nbformat
 
@@ -322,12 +320,13 @@ def prepare(src: Path = SRC, paths: list[Path] | None = None) -> None:
 
 
 def slide_deck(nb, name: str, exporter) -> str:
+    """One notebook as a reveal.js deck (HTML), the Colab badge a plain link."""
+    import nbformat
+
     nb = json.loads(json.dumps(nb))
     first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
     first["source"] = COLAB_BADGE.sub(r'<a href="\1">Open in Colab</a>', first["source"])
     _drop_test_markers(nb)
-    import nbformat
-
     body, _ = exporter.from_notebook_node(
         nbformat.from_dict(nb),
         resources={"page_url": f"../notebooks/{name}.html", "metadata": {"name": name}})
@@ -357,14 +356,15 @@ def build_slides(paths: list[Path], dest: Path) -> None:
         _write(dest / f"{path.stem}.slides.html", deck)
 
 
-def build(out: Path = OUT, src: Path = SRC, quiet: bool = True) -> float:
-    """Build the whole site into `out`; returns the seconds it took."""
+def build(out: Path = OUT, quiet: bool = True) -> float:
+    """Build the whole site into `out` (sources and Sphinx's cache go next to it, in
+    `OUT-src` and `OUT-doctrees`); returns the seconds it took."""
     from sphinx.cmd.build import build_main
 
     start, paths = time.perf_counter(), notebook_paths([])
+    src, doctrees = out.parent / f"{out.name}-src", out.parent / f"{out.name}-doctrees"
     prepare(src, paths)
-    args = ["-b", "html", "-E", "-c", str(SITE_DIR), "-d", str(src.parent / f"{out.name}-doctrees"),
-            str(src), str(out)]
+    args = ["-b", "html", "-E", "-c", str(SITE_DIR), "-d", str(doctrees), str(src), str(out)]
     if build_main((["-q"] if quiet else []) + args):
         raise SystemExit("sphinx-build failed (see above)")
     build_slides(paths, out / "slides")
