@@ -426,7 +426,8 @@ def docstring_as_text(app, what, name, obj, options, lines) -> None:
     """Show docstrings as written: they are plain text with equations and ASCII diagrams,
     not reStructuredText, so they become preformatted blocks."""
     if lines:
-        lines[:] = ["::", "", *(f"    {line}" for line in lines), ""]
+        lines[:] = [".. code-block:: text", "   :class: docstring", "",
+                    *(f"   {line}" for line in lines), ""]
 
 
 def setup(app):
