@@ -133,3 +133,67 @@ def test_imdb_limit_takes_a_balanced_seeded_subset():
     assert len(full) == 25_000 and full.labels.mean() == 0.5
     a, b = data.load_imdb("test", limit=400), data.load_imdb("test", limit=400)
     assert a.texts == b.texts and 0.4 < a.labels.mean() < 0.6
+
+
+def test_relative_data_dir_is_read_from_the_repo_root(monkeypatch, tmp_path):
+    """`SEQ_DATA_DIR=mirror` names the same folder from the root (pytest) and from notebooks/
+    (a kernel), so a notebook finds the data the tests find."""
+    repo = Path(data.__file__).resolve().parent.parent
+    monkeypatch.setenv("SEQ_DATA_DIR", "mirror")
+    for cwd in (repo, repo / "notebooks", tmp_path):
+        monkeypatch.chdir(cwd)
+        assert data.data_dir() == repo / "mirror"
+    monkeypatch.setenv("SEQ_DATA_DIR", str(tmp_path))
+    assert data.data_dir() == tmp_path
+
+
+@pytest.fixture
+def toy_registry(server, monkeypatch, tmp_path):
+    """Two tiny datasets served from 127.0.0.1, in place of the course's registry."""
+    www, base = server
+    files = {"a.txt": b"alpha\n" * 1000, "b.txt": b"beta\n", "c.txt": b"gamma\n"}
+    for name, content in files.items():
+        (www / name).write_bytes(content)
+    sha = {name: hashlib.sha256(content).hexdigest() for name, content in files.items()}
+    registry = {
+        "toy": {n: Remote(f"toy/{n}", base + n, sha[n]) for n in ("a.txt", "b.txt")},
+        "other": {"c.txt": Remote("other/c.txt", base + "c.txt", sha["c.txt"])},
+    }
+    monkeypatch.setattr(data, "REGISTRY", registry)
+    monkeypatch.setenv("SEQ_DATA_DIR", str(tmp_path / "cache"))
+    return www, tmp_path / "cache"
+
+
+def test_fetch_command_downloads_and_checks_with_a_progress_bar(toy_registry, capsys):
+    www, cache = toy_registry
+    assert data.main(["fetch", "toy"]) == 0
+    out, err = capsys.readouterr()
+    assert (cache / "toy" / "a.txt").read_bytes() == b"alpha\n" * 1000
+    assert not (cache / "other").exists()
+    assert "toy/a.txt: downloaded, checksum ok" in out and "2 of 2 files ready" in out
+    assert "toy/a.txt" in err and "100%" in err  # the progress bar
+    assert data.main(["fetch", "--all"]) == 0
+    out, _ = capsys.readouterr()
+    assert "toy/a.txt: present, checksum ok" in out and "other/c.txt: downloaded" in out
+    assert "3 of 3 files ready" in out
+
+
+def test_fetch_command_reports_bad_files_and_names(toy_registry, capsys):
+    www, cache = toy_registry
+    (www / "c.txt").write_bytes(b"tampered\n")
+    assert data.main(["fetch", "other"]) == 1
+    out, _ = capsys.readouterr()
+    assert "other/c.txt: FAILED" in out and "failed its checksum" in out
+    assert not (cache / "other" / "c.txt").exists()
+    with pytest.raises(SystemExit):
+        data.main(["fetch", "imagenet"])
+    with pytest.raises(SystemExit):
+        data.main(["fetch"])
+
+
+def test_data_readme_lists_every_url_and_checksum():
+    table = data.readme_table()
+    assert table == data.registry_table(), "run `python -m utils.data readme`"
+    for files in data.REGISTRY.values():
+        for remote in files.values():
+            assert remote.url in table and remote.sha256 in table

@@ -27,6 +27,8 @@ Modules (each notebook imports what it needs):
 - `utils.show`: render a `utils` definition's source in a notebook
 - `utils.results`: headline numbers of full runs and the README results table
 - `utils.course`: repository URL, Colab badge/setup cell, executing notebooks
+- `utils.notebook_meta`: generated notebook structure (solution tags, slide metadata, run-time lines) and the student edition
+- `utils.site`: the course website and slide decks, built offline from the committed notebooks
 """
 
 from utils.settings import get_device, is_fast, pick, seed_everything, setup

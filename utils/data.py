@@ -1,9 +1,14 @@
 """The course datasets: where they come from, where they live, and loaders that check them.
 
 Every file is looked for in the data directory first (`SEQ_DATA_DIR`, default: the repo's
-`data/` cache). A missing file is downloaded from its original source into that directory,
-atomically (a temporary file renamed into place) and only if its checksum matches. Offline
-machines point `SEQ_DATA_DIR` at a mirror with the same layout.
+`data/` cache; a relative path is read from the repository root, wherever Python runs). A
+missing file is downloaded from its original source into that directory, atomically (a
+temporary file renamed into place) and only if its checksum matches. Offline machines point
+`SEQ_DATA_DIR` at a mirror with the same layout.
+
+`python -m utils.data fetch [--all | NAME ...]` downloads and checks datasets ahead of time
+(a class, a flight) with a progress bar; `python -m utils.data readme` rewrites the table of
+every file, URL and checksum in data/README.md from `REGISTRY` (a test keeps them in sync).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -91,8 +97,12 @@ REGISTRY: dict[str, dict[str, Remote]] = {
 
 
 def data_dir() -> Path:
-    """The data directory: `SEQ_DATA_DIR` if set, else the repo's `data/` download cache."""
-    return Path(os.environ.get("SEQ_DATA_DIR") or REPO_ROOT / "data").expanduser()
+    """The data directory: `SEQ_DATA_DIR` if set, else the repo's `data/` download cache.
+    A relative `SEQ_DATA_DIR` is relative to the repository root, not to the current folder,
+    so `SEQ_DATA_DIR=mirror` means the same in `pytest` (run from the root) and in a notebook
+    (whose kernel runs in notebooks/)."""
+    path = Path(os.environ.get("SEQ_DATA_DIR") or REPO_ROOT / "data").expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
 
 
 # ---------------------------------------------------------------------------- checksums
@@ -136,17 +146,24 @@ def _check(remote: Remote, path: Path, source: str) -> None:
 
 
 # ---------------------------------------------------------------------------- download
-def download(remote: Remote, dest: Path, timeout: float = 60.0) -> Path:
-    """Fetch `remote.url` to `dest` atomically; keep it only if its checksum matches."""
+def download(remote: Remote, dest: Path, timeout: float = 60.0,
+             progress: bool | None = None) -> Path:
+    """Fetch `remote.url` to `dest` atomically; keep it only if its checksum matches.
+    `progress` shows a progress bar (default: unless `SEQ_QUIET=1`)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     tmp = Path(tmp_name)
+    if progress is None:
+        progress = os.environ.get("SEQ_QUIET", "0") != "1"
     try:
         with os.fdopen(fd, "wb") as out:
             try:
                 with urllib.request.urlopen(remote.url, timeout=timeout) as response:
-                    for chunk in iter(lambda: response.read(1 << 20), b""):
-                        out.write(chunk)
+                    size = int(response.headers.get("Content-Length") or 0) or None
+                    with _progress_bar(size, remote.path, progress) as bar:
+                        for chunk in iter(lambda: response.read(1 << 20), b""):
+                            out.write(chunk)
+                            bar.update(len(chunk))
             except (urllib.error.URLError, OSError) as err:
                 raise DataError(
                     f"Could not download {remote.path} from {remote.url} ({err}).\n"
@@ -158,6 +175,13 @@ def download(remote: Remote, dest: Path, timeout: float = 60.0) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+def _progress_bar(total: int | None, name: str, show: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
+                disable=not show, leave=True)
 
 
 def fetch(dataset: str, name: str, root: Path | None = None) -> Path:
@@ -294,3 +318,82 @@ def load_fashion_mnist(split: str = "train", limit: int | None = None) -> tuple[
     images = read_idx(fetch("fashion-mnist", f"{prefix}-images-idx3-ubyte.gz"))
     labels = read_idx(fetch("fashion-mnist", f"{prefix}-labels-idx1-ubyte.gz")).astype(np.int64)
     return images[:limit], labels[:limit]
+
+
+# ---------------------------------------------------------------------------- command line
+README = REPO_ROOT / "data" / "README.md"
+TABLE_START, TABLE_END = "<!-- registry:start -->", "<!-- registry:end -->"
+
+
+def registry_table() -> str:
+    """Every file of every dataset with its URL and checksum, as a Markdown table."""
+    rows = ["| dataset | file | URL | sha256 of |", "|---|---|---|---|"]
+    for dataset, files in REGISTRY.items():
+        for remote in files.values():
+            rows.append(f"| {dataset} | `{remote.path}` | <{remote.url}> | {remote.digest_of}: "
+                        f"`{remote.sha256}` |")
+    return "\n".join(rows)
+
+
+def readme_table(readme: Path = README) -> str:
+    text = readme.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        raise ValueError(f"{readme} lacks the markers {TABLE_START} ... {TABLE_END}")
+    return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
+
+
+def update_readme(readme: Path = README) -> None:
+    head, rest = readme.read_text().split(TABLE_START, 1)
+    readme.write_text(f"{head}{TABLE_START}\n{registry_table()}\n{TABLE_END}{rest.split(TABLE_END, 1)[1]}")
+
+
+def fetch_datasets(names: list[str], root: Path | None = None, progress: bool = True) -> int:
+    """Download what is missing and verify every file of the named datasets; prints one line
+    per file and returns the number of files that failed."""
+    root = data_dir() if root is None else Path(root)
+    failed = 0
+    for dataset in names:
+        for remote in REGISTRY[dataset].values():
+            path = root / remote.path
+            try:
+                if path.exists():
+                    fetch_remote(remote, root)
+                    print(f"{remote.path}: present, checksum ok")
+                else:
+                    download(remote, path, progress=progress)
+                    print(f"{remote.path}: downloaded, checksum ok")
+            except DataError as err:
+                failed += 1
+                print(f"{remote.path}: FAILED\n  " + str(err).replace("\n", "\n  "))
+    return failed
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m utils.data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    get = commands.add_parser("fetch", help="download and check datasets into the data directory")
+    get.add_argument("names", nargs="*", metavar="NAME", help=f"one of {', '.join(REGISTRY)}")
+    get.add_argument("--all", action="store_true", help="every dataset of the course")
+    commands.add_parser("readme", help="rewrite the file table of data/README.md from REGISTRY")
+    args = parser.parse_args(argv)
+    if args.command == "readme":
+        update_readme()
+        print(f"{README.relative_to(REPO_ROOT)}: table rewritten from REGISTRY")
+        return 0
+    unknown = [n for n in args.names if n not in REGISTRY]
+    if unknown or not (args.all or args.names):
+        parser.error(f"name datasets ({', '.join(REGISTRY)}) or pass --all"
+                     + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    names = list(REGISTRY) if args.all else args.names
+    print(f"data directory: {data_dir()} (set SEQ_DATA_DIR to change it)")
+    failed = fetch_datasets(names)
+    files = sum(len(REGISTRY[n]) for n in names)
+    print(f"{files - failed} of {files} files ready" + (f", {failed} failed" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,242 @@
+"""The course website (utils.site): built once per test run from the committed notebooks, then
+checked from its HTML and, where Debian's `chromium` is installed, in a real headless browser
+over a local server with every other host unreachable.
+
+`SEQ_SITE=build/site pytest tests/test_site.py` checks an existing build instead of building
+one; `SEQ_SCREENSHOTS=DIR` keeps the browser test's screenshots there.
+"""
+
+import functools
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+import pytest
+from chromium import Browser, find_chromium
+
+from utils.notebook_meta import find_exercises
+from utils.show import shown_sources
+from utils.site import definition_name, utils_modules
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+MACHINE_PATHS = ("/root/", "/work/", "/home/")
+EXTERNAL = re.compile(r"^(https?:|mailto:|javascript:|data:|blob:|about:)")
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    if os.environ.get("SEQ_SITE"):
+        return Path(os.environ["SEQ_SITE"]).resolve()
+    out = tmp_path_factory.mktemp("site") / "site"
+    subprocess.run([sys.executable, "-m", "utils.site", "build", "--out", str(out)], cwd=REPO,
+                   check=True, timeout=900)
+    return out
+
+
+class Page(HTMLParser):
+    """The ids, links and embedded resources of one HTML page."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.ids, self.links, self.resources = set(), [], []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("id", "name"):
+            if a.get(key):
+                self.ids.add(a[key])
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+        if tag in ("img", "script", "iframe", "source") and a.get("src"):
+            self.resources.append(a["src"])
+        if tag == "link" and a.get("href") and "stylesheet" in (a.get("rel") or "") + " icon":
+            self.resources.append(a["href"])
+
+
+@pytest.fixture(scope="session")
+def pages(site) -> dict[Path, Page]:
+    skip = ("_static", "reveal.js")
+    return {p: Page(p.read_text(encoding="utf-8")) for p in site.rglob("*.html")
+            if not any(part in skip for part in p.relative_to(site).parts)}
+
+
+def _resolve(page: Path, url: str, site: Path) -> tuple[Path, set[str]]:
+    """The file a relative URL points to, and the ids its fragment may name (browsers try the
+    fragment as written, then percent-decoded)."""
+    parts = urlsplit(url)
+    target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+    if target.is_dir():
+        target = target / "index.html"
+    assert site in target.parents or target == site, f"{url} leaves the site"
+    return target, {parts.fragment, unquote(parts.fragment)} - {""}
+
+
+def test_every_notebook_module_and_deck_has_a_page(site):
+    for nb in NOTEBOOKS:
+        assert (site / "notebooks" / f"{nb.stem}.html").exists(), nb.name
+        assert (site / "slides" / f"{nb.stem}.slides.html").exists(), nb.name
+    for module in utils_modules():
+        assert (site / "api" / f"{module}.html").exists(), module
+    for page in ("index.html", "search.html", "genindex.html", "api/index.html"):
+        assert (site / page).exists(), page
+
+
+def test_every_internal_link_and_resource_resolves(site, pages):
+    broken = []
+    for path, page in pages.items():
+        for url in page.resources:
+            if re.match(r"(https?:)?//", url):
+                broken.append(f"{path.relative_to(site)}: loads {url} from another host")
+        for url in page.links + page.resources:
+            if EXTERNAL.match(url) or url.startswith("//") or url == "#":
+                continue
+            target, fragments = _resolve(path, url, site)
+            if not target.exists():
+                broken.append(f"{path.relative_to(site)}: {url} (no such file)")
+            elif fragments and target in pages and not fragments & pages[target].ids:
+                broken.append(f"{path.relative_to(site)}: {url} (no such id)")
+    assert not broken, "\n".join(broken[:30])
+
+
+def test_no_error_output_and_no_machine_path(site):
+    found = []
+    for path in [*site.rglob("*.html"), site / "searchindex.js", *site.glob("_sources/**/*")]:
+        if "_static" in path.parts or "reveal.js" in path.parts or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for bad in ("Traceback (most recent call last)", 'class="output traceback',
+                    "output error", *MACHINE_PATHS):
+            if bad in text:
+                found.append(f"{path.relative_to(site)}: {bad!r}")
+    assert not found, "\n".join(found)
+
+
+def test_notebook_pages_link_slides_solutions_and_api(site, pages):
+    for nb_path in NOTEBOOKS:
+        page = site / "notebooks" / f"{nb_path.stem}.html"
+        text = page.read_text(encoding="utf-8")
+        assert f"../slides/{nb_path.stem}.slides.html" in pages[page].links
+        nb = nbformat.read(nb_path, as_version=4)
+        ex = find_exercises(nb.cells)
+        toggles = text.count('<details class="solution">')
+        assert toggles == len(ex.groups) > 0, f"{nb_path.name}: {toggles} solution toggles"
+        for _, args in shown_sources(nb.cells):
+            name = definition_name(*args)
+            module = ".".join(name.split(".")[:2])
+            assert f"../api/{module}.html#{name}" in pages[page].links, f"{nb_path.name}: {name}"
+
+
+def test_landing_page_has_path_run_times_and_results(site):
+    text = (site / "index.html").read_text(encoding="utf-8")
+    for heading in ("Learning path", "How to run it", "Results"):
+        assert heading in text
+    for nb in NOTEBOOKS:
+        assert f"notebooks/{nb.stem}.html" in text and f"slides/{nb.stem}.slides.html" in text
+        result = json.loads((REPO / "notebooks" / "results" / f"{nb.stem}.json").read_text())
+        first_metric = next(iter(result["metrics"]))
+        assert first_metric in text, f"{nb.stem}: results table"
+
+
+# ---------------------------------------------------------------------------- in a browser
+@pytest.fixture(scope="session")
+def browser():
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    b = Browser(binary)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def server(site):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory) -> Path:
+    folder = os.environ.get("SEQ_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _visit(browser, server, page: str) -> None:
+    browser.events.clear()
+    browser.goto(server + page)
+    browser.wait_for("document.readyState === 'complete'")
+
+
+def _offline_and_clean(browser, server) -> None:
+    elsewhere = [u for u in browser.requests()
+                 if not u.startswith((server, "data:", "blob:", "about:"))]
+    assert not elsewhere, f"requests that left 127.0.0.1: {elsewhere}"
+    assert not browser.errors(), browser.errors()
+
+
+IMAGES_LOADED = "[...document.images].every(i => i.complete && i.naturalWidth > 0)"
+MATH_TYPESET = """(() => { const math = [...document.querySelectorAll('.math')];
+    return math.length > 0 && math.every(m => m.querySelector('mjx-container')); })()"""
+
+
+def test_landing_page_in_a_browser(browser, server, shots):
+    _visit(browser, server, "index.html")
+    assert browser.eval("document.querySelectorAll('table').length") >= 2
+    assert browser.eval(IMAGES_LOADED)
+    browser.screenshot(shots / "landing.png")
+    _offline_and_clean(browser, server)
+
+
+def test_notebook_page_in_a_browser(browser, server, shots):
+    _visit(browser, server, "notebooks/03_recurrent_neural_networks.html")
+    browser.wait_for(MATH_TYPESET)
+    browser.eval("[...document.images].forEach(i => { i.loading = 'eager'; })")
+    browser.wait_for(IMAGES_LOADED)
+    assert browser.eval("document.images.length") > 0
+    first = "details.solution"
+    hidden = f"!document.querySelector('{first} > summary').nextElementSibling.checkVisibility()"
+    assert browser.eval(f"!document.querySelector('{first}').open") and browser.eval(hidden)
+    browser.click(f"{first} > summary")
+    assert browser.eval(f"document.querySelector('{first}').open")
+    assert not browser.eval(hidden)
+    browser.screenshot(shots / "notebook_solution_open.png")
+    browser.click(f"{first} > summary")
+    assert browser.eval(f"!document.querySelector('{first}').open") and browser.eval(hidden)
+    _offline_and_clean(browser, server)
+
+
+def test_search_works_offline(browser, server):
+    _visit(browser, server, "search.html?q=perplexity")
+    browser.wait_for("document.querySelectorAll('#search-results li, ul.search li').length > 0")
+    _offline_and_clean(browser, server)
+
+
+def test_slide_deck_in_a_browser(browser, server, shots):
+    _visit(browser, server, "slides/03_recurrent_neural_networks.slides.html")
+    browser.wait_for("typeof Reveal !== 'undefined' && Reveal.isReady()")
+    browser.wait_for("document.querySelectorAll('mjx-container').length > 0")
+    assert browser.eval("Reveal.getTotalSlides()") > 10
+    assert browser.eval(IMAGES_LOADED)
+    browser.screenshot(shots / "slides_title.png")
+    browser.eval("Reveal.next()")
+    assert browser.eval("Reveal.getIndices().h + Reveal.getIndices().v") >= 1
+    _offline_and_clean(browser, server)

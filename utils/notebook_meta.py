@@ -1,0 +1,368 @@
+"""Generated notebook structure: solution tags, slide types, run-time lines; the student edition.
+
+None of this is edited by hand in a notebook. `python -m utils.notebook_meta apply [NB...]`
+rewrites the notebooks (all of them by default) and gives the same result when run again, so
+run it after re-running a notebook:
+
+1. cells: a markdown cell is split where a heading starts inside it (and, under "Solutions",
+   where a solution's `**k.**` marker starts), so every section and every solution begins a
+   cell of its own; the text itself is unchanged;
+2. solutions: the cells under the "Solutions" heading get the tag `solution` and open collapsed
+   in JupyterLab (`jupyter.source_hidden`, `jupyter.outputs_hidden`);
+3. slides: every cell gets a RISE / reveal.js slide type (`slideshow.slide_type`): each `##`
+   section a slide, `###` sections, solutions and long stretches sub-slides, training cells
+   fragments, the Colab setup cell skipped;
+4. run time: the header's "**Run time:**" line is written from `notebooks/results/NN_topic.json`.
+
+`solutions`, `slides` and `runtime` do one step each (the first two split cells first);
+`check` lists what `apply` would change and exits 1 if anything; `student [--out DIR]`
+writes the student edition: copies whose solutions are placeholders without outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from utils.course import SETUP_MARKER  # first line of the Colab setup cell
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO_ROOT / "notebooks"
+RESULTS = NOTEBOOKS / "results"
+STUDENT_DIR = REPO_ROOT / "build" / "student"
+SOLUTION_TAG = "solution"
+
+HEADING = re.compile(r"(#{1,6})\s+(\S.*)")
+MD_MARKER = re.compile(r"\*\*(\d+)\.")  # "**2.** ..." or "**2. Coupled gates.** ..."
+CODE_MARKER = re.compile(r"#\s*(\d+)\.\s")  # "# 2. padding fraction ..."
+LIST_ITEM = re.compile(r"^(\d+)\.\s", re.M)  # a top-level item of the Exercises list
+RUN_TIME = re.compile(r"\*\*Run time\b")
+SLIDE_TYPES = ("slide", "subslide", "fragment", "skip", "notes", "-")
+LINES_PER_SLIDE = 24  # rough height of a 960x700 slide, in lines of text
+HEAVY = re.compile(r"(?<![\w.])(fit|fit_for_time|train_\w+|run_arm|run_char_gpt)\s*\(")
+
+
+# ---------------------------------------------------------------------------- cells
+def heading(cell) -> tuple[int, str] | None:
+    """(level, text) when a markdown cell starts with a heading."""
+    if cell["cell_type"] != "markdown":
+        return None
+    m = HEADING.match(cell["source"])
+    return (len(m.group(1)), m.group(2).strip()) if m else None
+
+
+def marker(cell) -> int | None:
+    """The exercise number a solution cell starts with: `**k.**` (markdown) or `# k.` (code)."""
+    m = (MD_MARKER if cell["cell_type"] == "markdown" else CODE_MARKER).match(cell["source"])
+    return int(m.group(1)) if m else None
+
+
+def _split_source(source: str, starts) -> list[str]:
+    """Cut markdown before every line (outside code fences) for which `starts(line, prev)`."""
+    lines, cuts, fence = source.split("\n"), [0], False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+        elif i and not fence and starts(line, lines[i - 1]):
+            cuts.append(i)
+    pieces = ["\n".join(lines[a:b]).strip("\n") for a, b in zip(cuts, cuts[1:] + [len(lines)])]
+    return [p for p in pieces if p.strip()]
+
+
+def _starts_heading(line: str, prev: str) -> bool:
+    return bool(HEADING.match(line))
+
+
+def _starts_marker(line: str, prev: str) -> bool:
+    return bool(MD_MARKER.match(line)) and not prev.strip()
+
+
+def split_cells(cells: list, starts=_starts_heading, only: set[int] | None = None) -> list:
+    """The cells with every markdown cell cut where `starts` says; new pieces get derived ids."""
+    out = []
+    for i, cell in enumerate(cells):
+        pieces = [cell["source"]]
+        if cell["cell_type"] == "markdown" and (only is None or i in only):
+            pieces = _split_source(cell["source"], starts) or [cell["source"]]
+        for n, text in enumerate(pieces):
+            piece = cell if n == 0 else copy.deepcopy(cell)
+            piece["source"] = text
+            if n and "id" in cell:
+                piece["id"] = f"{cell['id']}-{n}"[-64:]
+            out.append(piece)
+    return out
+
+
+# ---------------------------------------------------------------------------- exercises
+@dataclass
+class Exercises:
+    """Where a notebook's exercises and their worked solutions are (cell indices)."""
+
+    count: int  # items of the numbered list under the "Exercises" heading
+    solutions_heading: int | None  # the "Solutions" heading cell
+    cells: list[int] = field(default_factory=list)  # every cell of the Solutions section
+    groups: dict = field(default_factory=dict)  # exercise number (None: unnumbered) -> cells
+
+
+def find_exercises(cells: list) -> Exercises | None:
+    """The Exercises list and the Solutions section: from the "Solutions" heading to the next
+    heading of the same or a higher level (References, Results) or the end. A solution starts
+    at its marker (`**k.**` in markdown, `# k.` in code) and runs to the next marker."""
+    heads = [(i, h) for i, c in enumerate(cells) if (h := heading(c))]
+    ex = next((i for i, (level, text) in heads if text.startswith("Exercises")), None)
+    if ex is None:
+        return None
+    sol = next((i for i, (_, text) in heads if i > ex and text.startswith("Solutions")), None)
+    listed = "\n".join(c["source"] for c in cells[ex:sol] if c["cell_type"] == "markdown")
+    found = Exercises(max((int(n) for n in LIST_ITEM.findall(listed)), default=0), sol)
+    if sol is None:
+        return found
+    level, current = heading(cells[sol])[0], None
+    for i in range(sol + 1, len(cells)):
+        h = heading(cells[i])
+        if h and h[0] <= level:
+            break
+        current = marker(cells[i]) or current
+        found.cells.append(i)
+        found.groups.setdefault(current, []).append(i)
+    return found
+
+
+def normalize_cells(nb) -> None:
+    """Step 1: one heading per markdown cell, one solution marker per cell under Solutions."""
+    nb["cells"] = split_cells(nb["cells"])
+    ex = find_exercises(nb["cells"])
+    if ex and ex.solutions_heading is not None:  # "## Solutions\n\n**1.** ..." splits too
+        only = {ex.solutions_heading, *ex.cells}
+        nb["cells"] = split_cells(nb["cells"], _starts_marker, only)
+
+
+def tag_solutions(nb) -> None:
+    """Step 2: tag the Solutions section `solution`, collapsed in JupyterLab; untag the rest."""
+    ex = find_exercises(nb["cells"])
+    inside = set(ex.cells) if ex else set()
+    for i, cell in enumerate(nb["cells"]):
+        meta = cell["metadata"]
+        tags = [t for t in meta.get("tags", []) if t != SOLUTION_TAG]
+        hidden = {k: v for k, v in meta.get("jupyter", {}).items()
+                  if k not in ("source_hidden", "outputs_hidden")}
+        if i in inside:
+            tags.append(SOLUTION_TAG)
+            hidden["source_hidden"] = True
+            if cell["cell_type"] == "code":
+                hidden["outputs_hidden"] = True
+        for key, value in (("tags", tags), ("jupyter", hidden)):
+            if value:
+                meta[key] = value
+            else:
+                meta.pop(key, None)
+
+
+# ---------------------------------------------------------------------------- slides
+def _text_lines(text: str, width: int = 100) -> int:
+    return sum(1 + len(line) // width for line in text.split("\n"))
+
+
+def cell_height(cell) -> int:
+    """Rough height of a cell on a slide, in lines: its source plus its outputs."""
+    height = _text_lines(cell["source"]) + 1
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if "image/png" in data or "image/svg+xml" in data:
+            height += 16
+        elif out["output_type"] == "stream":
+            height += min(_text_lines(out["text"]), 20)
+        elif out["output_type"] == "error":
+            height += 10
+        else:
+            height += min(_text_lines(data.get("text/plain", "")), 20)
+    return height
+
+
+def slide_types(nb) -> list[str]:
+    """One slide type per cell (see the module docstring for the rules)."""
+    ex = find_exercises(nb["cells"])
+    solution_starts = {cells[0] for cells in ex.groups.values()} if ex else set()
+    types, used = [], 0
+    for i, cell in enumerate(nb["cells"]):
+        h, height = heading(cell), cell_height(cell)
+        if i == 0 or (h and h[0] <= 2):
+            kind = "slide"
+        elif h or i in solution_starts:
+            kind = "subslide"
+        elif cell["cell_type"] == "code" and cell["source"].startswith(SETUP_MARKER):
+            kind, height = "skip", 0
+        elif used + height > LINES_PER_SLIDE:
+            kind = "subslide"
+        elif cell["cell_type"] == "code" and HEAVY.search(cell["source"]):
+            kind = "fragment"  # a training run: shown, with its output, on a click
+        else:
+            kind = "-"
+        used = height if kind in ("slide", "subslide") else used + height
+        types.append(kind)
+    return types
+
+
+def set_slides(nb) -> None:
+    """Step 3: slide metadata on every cell; RISE scrolls slides taller than the screen."""
+    for cell, kind in zip(nb["cells"], slide_types(nb)):
+        cell["metadata"]["slideshow"] = {"slide_type": kind}
+    nb["metadata"]["rise"] = {"scroll": True}
+
+
+# ---------------------------------------------------------------------------- run time
+def duration(seconds: float) -> str:
+    """One format for run times: "45 s" under a minute, "3.3 min" above."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+def run_time_line(name: str, results: Path = RESULTS) -> str | None:
+    """The header's run-time line, from the last full run's results file (None without one)."""
+    path = results / f"{name}.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    where = "the CPU" if r["device"] == "cpu" else f"a GPU ({r['device']})"
+    line = (f"**Run time:** {duration(r['wall_time_s'])} in full mode on {where} "
+            f"(the committed outputs, run on {r['date']})")
+    gpu = results / "gpu" / f"{name}.json"
+    if gpu.exists():
+        g = json.loads(gpu.read_text())
+        line += f", {duration(g['wall_time_s'])} on a GPU ({g['device']})"
+    line += "; under a minute in fast mode (`SEQ_FAST=1`, what the tests run)."
+    return textwrap.fill(line, width=95, break_on_hyphens=False, break_long_words=False)
+
+
+def set_run_time(nb, name: str, results: Path = RESULTS) -> None:
+    """Step 4: replace the header paragraph that starts with "**Run time" (or add one before
+    the Colab badge)."""
+    line = run_time_line(name, results)
+    first = next((c for c in nb["cells"] if c["cell_type"] == "markdown"), None)
+    if line is None or first is None:
+        return
+    paras = first["source"].split("\n\n")
+    at = next((i for i, p in enumerate(paras) if RUN_TIME.match(p)), None)
+    if at is not None:
+        paras[at] = line
+    else:
+        badge = next((i for i, p in enumerate(paras) if "colab-badge" in p), len(paras))
+        paras.insert(badge, line)
+    first["source"] = "\n\n".join(paras)
+
+
+# ---------------------------------------------------------------------------- commands
+STEPS = {
+    "solutions": lambda nb, name: (normalize_cells(nb), tag_solutions(nb)),
+    "slides": lambda nb, name: (normalize_cells(nb), set_slides(nb)),
+    "runtime": lambda nb, name: set_run_time(nb, name),
+}
+
+
+def update(path: Path, steps=tuple(STEPS), write: bool = True) -> list[str]:
+    """Run `steps` on one notebook; returns the steps that changed it (written if `write`)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    changed, text = [], nbformat.writes(nb)
+    for step in steps:
+        STEPS[step](nb, path.stem)
+        new = nbformat.writes(nb)
+        if new != text:
+            changed.append(step)
+            text = new
+    if changed and write:
+        nbformat.write(nb, path)
+    return changed
+
+
+def student_edition(nb, name: str) -> dict:
+    """A copy of `nb` whose solutions are placeholders: per exercise a prompt and an empty
+    code cell (no outputs); every other cell, outputs included, unchanged."""
+    import nbformat
+
+    nb = copy.deepcopy(nb)
+    ex = find_exercises(nb["cells"])
+    groups = {cells[0]: k for k, cells in ex.groups.items()} if ex else {}
+    cells = []
+    for i, cell in enumerate(nb["cells"]):
+        if ex is None or i not in ex.cells:
+            cells.append(cell)
+        elif i in groups:
+            k = groups[i]
+            label = f"**{k}.**" if k else "**Your solution.**"
+            prompt = nbformat.v4.new_markdown_cell(
+                f"{label} Try it yourself in the cell below; the worked solution is in "
+                f"`notebooks/{name}.ipynb` and on the course website.")
+            code = nbformat.v4.new_code_cell(f"# Exercise {k}: your code here" if k else
+                                             "# your code here")
+            for new, suffix in ((prompt, "q"), (code, "a")):
+                new["id"] = f"{cell.get('id', i)}-{suffix}"[-64:]
+                new["metadata"] = {"tags": [SOLUTION_TAG], "slideshow": {"slide_type": "-"}}
+            cells += [prompt, code]
+    nb["cells"] = cells
+    return nb
+
+
+def write_student_edition(paths: list[Path], out: Path = STUDENT_DIR) -> list[Path]:
+    import nbformat
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        nb = student_edition(nbformat.read(path, as_version=4), path.stem)
+        nbformat.write(nb, out / path.name)
+        written.append(out / path.name)
+    return written
+
+
+def notebook_paths(names: list[str]) -> list[Path]:
+    """Notebooks named on the command line ("01", "01_text_preprocessing", a path), or all."""
+    if not names:
+        return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    paths = []
+    for name in names:
+        path = Path(name)
+        if not path.suffix:
+            path = next(iter(sorted(NOTEBOOKS.glob(f"{name}*.ipynb"))), NOTEBOOKS / f"{name}.ipynb")
+        if not path.exists():
+            raise SystemExit(f"no notebook {name!r} (looked for {path})")
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str]) -> int:
+    usage = ("usage: python -m utils.notebook_meta {apply|solutions|slides|runtime|check} [NB ...]\n"
+             "       python -m utils.notebook_meta student [--out DIR] [NB ...]")
+    if not argv or argv[0] not in (*STEPS, "apply", "check", "student"):
+        print(__doc__ + "\n" + usage)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    command, names = argv[0], argv[1:]
+    if command == "student":
+        out = STUDENT_DIR
+        if names[:1] == ["--out"]:
+            out, names = Path(names[1]), names[2:]
+        written = write_student_edition(notebook_paths(names), out)
+        print(f"student edition: {len(written)} notebooks in {out}")
+        return 0
+    steps = tuple(STEPS) if command in ("apply", "check") else (command,)
+    stale = 0
+    for path in notebook_paths(names):
+        changed = update(path, steps, write=command != "check")
+        stale += bool(changed)
+        if changed:
+            verb = "out of date" if command == "check" else "updated"
+            print(f"{path.name}: {verb} ({', '.join(changed)})")
+    if command == "check":
+        print("run `python -m utils.notebook_meta apply`" if stale else "all notebooks up to date")
+        return 1 if stale else 0
+    print(f"{stale} notebooks changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

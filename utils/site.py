@@ -1,0 +1,471 @@
+"""The course website and slide decks, built offline from the committed notebooks.
+
+`python -m utils.site build [--out DIR]` renders, without executing anything, into
+`build/site/` (git-ignored):
+- a landing page: what the course teaches, the learning path 01 -> 12 with prerequisites and
+  run times, how to run it (locally, on Colab, offline), the results table;
+- one page per notebook with its stored outputs and figures; solutions sit behind "Show the
+  solution" toggles, and every `show_source(...)` cell links to that definition's API entry;
+- one API page per `utils` module (autodoc, with the highlighted source one click away);
+- one reveal.js slide deck per notebook (`slides/NN_topic.slides.html`), linked from its page.
+
+Search, math, highlighting and previous/next navigation come from Sphinx, myst-nb and
+sphinx-book-theme. MathJax and reveal.js are copied into the site from two PyPI packages
+(sphinx-mathjax-offline, sphinx-revealjs), so no page loads anything from another host.
+`python -m utils.site serve [--port N]` serves the built site on http://127.0.0.1:N/.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from docutils import nodes
+
+from utils.course import colab_url
+from utils.notebook_meta import SOLUTION_TAG, duration, find_exercises, notebook_paths
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SITE_DIR = REPO_ROOT / "site"  # Sphinx configuration, CSS, the slide template
+OUT = REPO_ROOT / "build" / "site"  # next to it: site-src (generated sources), site-doctrees
+RESULTS = REPO_ROOT / "notebooks" / "results"
+NBVAL_MARKER = "# NBVAL_CHECK_OUTPUT"
+COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
+
+
+def mathjax_dir() -> Path:
+    """The folder holding `mathjax/` (MathJax 3) in the sphinx-mathjax-offline package."""
+    dist = importlib.metadata.distribution("sphinx-mathjax-offline")
+    return Path(dist.locate_file("sphinx-mathjax-offline/static"))
+
+
+def reveal_dir() -> Path:
+    """reveal.js (dist/ and plugin/) as shipped inside the sphinx-revealjs package."""
+    return Path(importlib.util.find_spec("sphinx_revealjs").origin).parent / "_static" / "revealjs"
+
+
+def utils_modules() -> list[str]:
+    return sorted(f"utils.{p.stem}" for p in (REPO_ROOT / "utils").glob("*.py")
+                  if p.stem != "__init__")
+
+
+def _write(path: Path, text: str) -> None:
+    """Write only when the text changed, so Sphinx rebuilds only what changed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+# ---------------------------------------------------------------------------- notebook pages
+def definition_name(obj, member: str | None = None) -> str:
+    """Dotted name of the definition `show_source(obj, member)` shows (where it is defined)."""
+    target = getattr(obj, member) if member else obj
+    target = inspect.unwrap(getattr(target, "__func__", target))
+    return f"{target.__module__}.{target.__qualname__}"
+
+
+def _offline_badge(source: str, name: str) -> str:
+    """The Colab badge is an image on another host: the site shows plain links instead."""
+    links = (f'<a class="course-button" href="{{url}}">Open in Colab</a> '
+             f'<a class="course-button" href="../slides/{name}.slides.html">Slides</a>')
+    new, n = COLAB_BADGE.subn(lambda m: links.format(url=m.group(1)), source)
+    return new if n else f'{source}\n\n{links.format(url=colab_url(name + ".ipynb"))}'
+
+
+def _drop_test_markers(nb) -> None:
+    """`# NBVAL_CHECK_OUTPUT` tells the test suite to compare a cell's output; readers and
+    audiences do not need it."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and cell["source"].startswith(NBVAL_MARKER):
+            cell["source"] = cell["source"][len(NBVAL_MARKER):].lstrip("\n")
+
+
+def notebook_page(nb, name: str):
+    """The copy of a notebook that Sphinx renders: offline badge and slide link, a link to the
+    API entry under every shown source, solution cells marked for the toggles."""
+    import nbformat
+
+    from utils.show import shown_sources
+
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # a deep copy
+    first = next(c for c in nb.cells if c.cell_type == "markdown")
+    first.source = _offline_badge(first.source, name)
+    links = {}
+    for cell, args in shown_sources(nb.cells):
+        target = definition_name(*args)
+        module = target.split(".")[0] + "." + target.split(".")[1]
+        links[id(cell)] = nbformat.v4.new_markdown_cell(
+            f'<p class="api-link">Defined in <a href="../api/{module}.html#{target}">'
+            f"<code>{html.escape(target)}</code></a> (API reference)</p>")
+    ex = find_exercises(nb.cells)
+    starts = {cells[0]: k for k, cells in ex.groups.items()} if ex else {}
+    _drop_test_markers(nb)
+    cells = []
+    for i, cell in enumerate(nb.cells):
+        if SOLUTION_TAG in cell.metadata.get("tags", []):
+            label = f"solution-start-{starts[i] or 0}" if i in starts else ""
+            if cell.cell_type == "code":
+                cell.metadata["tags"] = [*cell.metadata["tags"], *([label] if label else [])]
+            else:
+                cell.source = (f"`````{{container}} tag-solution {label}\n{cell.source}\n`````")
+        cells.append(cell)
+        if id(cell) in links:
+            cells.append(links[id(cell)])
+    for n, cell in enumerate(cells):
+        cell["id"] = f"c{n}"  # unique after the insertions
+    nb.cells = cells
+    return nb
+
+
+# ---------------------------------------------------------------------------- the landing page
+def _readme_rows() -> dict[str, tuple[str, str]]:
+    """(short title, what it teaches) per notebook number, from the README's notebook table."""
+    rows = {}
+    for line in (REPO_ROOT / "README.md").read_text().splitlines():
+        m = re.match(r"\| (\d\d) \| \[([^\]]+)\]\(notebooks/[^)]+\) \| (.+?) \| (.+?) \|$", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    return rows
+
+
+def _header(nb) -> tuple[str, str]:
+    """(title, prerequisites) from a notebook's first cell."""
+    first = nb.cells[0].source
+    title = first.splitlines()[0].lstrip("# ").split("·", 1)[-1].strip()
+    prereq = next((p for p in first.split("\n\n") if p.startswith("**Prerequisites:**")), "")
+    return title, " ".join(prereq.removeprefix("**Prerequisites:**").split())
+
+
+def _builds_on(prerequisites: str, number: int) -> list[str]:
+    found = {n for n in re.findall(r"\b(0[1-9]|1[0-2])\b", prerequisites) if int(n) < number}
+    return sorted(found)
+
+
+def _results_table() -> str:
+    from utils.results import render_table
+
+    table = render_table()
+    table = re.sub(r"\[([^\]]+)\]\(notebooks/results/([^)]+)\)", r'<a href="results/\2">\1</a>',
+                   table)
+    return re.sub(r"^\| (\d\d_[a-z0-9_]+) \|", r"| [\1](notebooks/\1.ipynb) |", table, flags=re.M)
+
+
+RUNNING = """\
+## How to run it
+
+**Locally** (Python 3.10-3.13), from a clone of the repository:
+
+```bash
+python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements.txt
+jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks
+```
+
+JupyterLab opens at the repository root with the `notebooks/` folder selected, so the
+`utils/*.py` files the notebooks cite are one click away. Each notebook runs top to bottom in
+full mode (the committed outputs); `SEQ_FAST=1` runs every cell on tiny slices in about a minute.
+
+**On Colab**: every notebook page has an *Open in Colab* button; the notebook's first cell
+installs the course there. Choose *Runtime -> Change runtime type -> GPU* for the long ones.
+
+**Offline** (a class, a flight): `python -m utils.data fetch --all` downloads and checks every
+dataset ahead of time, or point `SEQ_DATA_DIR` at a copy (a relative path is read from the
+repository root; set it before `jupyter lab` starts). This website works offline too:
+`python -m utils.site build`, then `python -m utils.site serve`.
+
+**Presenting**: every notebook has slide metadata, so `jupyterlab-rise` presents it live from
+JupyterLab; static reveal.js decks are linked from each page. **Exercises**: try them first;
+`python -m utils.notebook_meta student` writes a student edition whose solutions are blank.
+"""
+
+
+def landing_page(paths: list[Path]) -> str:
+    import nbformat
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    intro = readme.split("\n\n")[1] if "\n\n" in readme else ""
+    teaches, names = _readme_rows(), {p.stem[:2]: p.stem for p in paths}
+    rows = ["| # | notebook: what it teaches | builds on | full run | slides |",
+            "|---|---|---|---|---|"]
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        number, (title, prereq) = path.stem[:2], _header(nb)
+        after = ", ".join(f"[{n}](notebooks/{names[n]}.ipynb)" for n in
+                          _builds_on(prereq, int(number)) if n in names) or "-"
+        result = RESULTS / f"{path.stem}.json"
+        run = duration(json.loads(result.read_text())["wall_time_s"]) if result.exists() else "-"
+        short, what = teaches.get(number, (title, ""))
+        rows.append(f"| {number} | **[{short}](notebooks/{path.stem}.ipynb)**: {what} | "
+                    f"{after} | {run} | "
+                    f'<a href="slides/{path.stem}.slides.html">slides</a> |')
+    toc = "\n".join(f"notebooks/{p.stem}" for p in paths)
+    return f"""# Sequence Models, from RNNs to Transformers
+
+{intro}
+
+## Learning path
+
+Twelve notebooks in teaching order. Each one lists what it builds on; "full run" is the wall
+time of the committed run (full mode, CPU), from `notebooks/results/`.
+
+{chr(10).join(rows)}
+
+{RUNNING}
+## Results
+
+Headline numbers of each notebook's last full run (`notebooks/results/*.json`):
+
+{_results_table()}
+
+```{{toctree}}
+:hidden:
+:caption: Notebooks
+
+{toc}
+```
+
+```{{toctree}}
+:hidden:
+:caption: Reference
+
+api/index
+```
+"""
+
+
+# ---------------------------------------------------------------------------- API pages
+def _shown_names(paths: list[Path]) -> dict[str, set[str]]:
+    """Per module, the private and special member names some notebook shows."""
+    import nbformat
+
+    from utils.show import shown_sources
+
+    names: dict[str, set[str]] = {}
+    for path in paths:
+        for _, args in shown_sources(nbformat.read(path, as_version=4).cells):
+            module, *parts = definition_name(*args).split(".", 2)[1:]
+            for part in ".".join(parts).split("."):
+                if part.startswith("_"):
+                    names.setdefault(f"utils.{module}", set()).add(part)
+    return names
+
+
+def api_page(module: str, shown: set[str]) -> str:
+    private = sorted(n for n in shown if not n.startswith("__"))
+    special = sorted(n for n in shown if n.startswith("__"))
+    options = "".join(f"   :{opt}: {', '.join(names)}\n" for opt, names in
+                      (("private-members", private), ("special-members", special)) if names)
+    path = module.replace(".", "/")
+    return f"""# `{module}`
+
+Source: <a href="../_modules/{path}.html"><code>{path}.py</code></a>, highlighted; each
+entry below links to its own lines (*[source]*).
+
+```{{eval-rst}}
+.. automodule:: {module}
+   :members:
+   :undoc-members:
+   :show-inheritance:
+{options}```
+"""
+
+
+def api_index(modules: list[str]) -> str:
+    import utils
+
+    doc = inspect.getdoc(utils) or ""
+    doc = re.sub(r"`(utils\.\w+)`", lambda m: f"[`{m.group(1)}`]({m.group(1)}.md)"
+                 if m.group(1) in modules else m.group(0), doc)
+    body = doc.split("\n", 1)[1] if "\n" in doc else ""
+    toc = "\n".join(modules)
+    return f"""# API reference: `utils`
+
+{body.strip()}
+
+```{{toctree}}
+:hidden:
+
+{toc}
+```
+"""
+
+
+# ---------------------------------------------------------------------------- build
+def prepare(src: Path, paths: list[Path] | None = None) -> None:
+    """Write the Sphinx sources: landing page, notebook copies, API pages."""
+    import nbformat
+
+    paths = paths or notebook_paths([])
+    wanted = {src / "index.md", src / "api" / "index.md"}
+    _write(src / "index.md", landing_page(paths))
+    for path in paths:
+        page = notebook_page(nbformat.read(path, as_version=4), path.stem)
+        target = src / "notebooks" / path.name
+        _write(target, nbformat.writes(page) + "\n")
+        wanted.add(target)
+    modules, shown = utils_modules(), _shown_names(paths)
+    _write(src / "api" / "index.md", api_index(modules))
+    for module in modules:
+        _write(src / "api" / f"{module}.md", api_page(module, shown.get(module, set())))
+        wanted.add(src / "api" / f"{module}.md")
+    for stale in [p for p in src.rglob("*") if p.is_file() and p not in wanted]:
+        stale.unlink()
+
+
+def slide_deck(nb, name: str, exporter) -> str:
+    """One notebook as a reveal.js deck (HTML), the Colab badge a plain link."""
+    import nbformat
+
+    nb = json.loads(json.dumps(nb))
+    first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    first["source"] = COLAB_BADGE.sub(r'<a href="\1">Open in Colab</a>', first["source"])
+    _drop_test_markers(nb)
+    body, _ = exporter.from_notebook_node(
+        nbformat.from_dict(nb),
+        resources={"page_url": f"../notebooks/{name}.html", "metadata": {"name": name}})
+    return body
+
+
+def build_slides(paths: list[Path], dest: Path) -> None:
+    """One reveal.js deck per notebook, with reveal.js copied next to them."""
+    import nbformat
+    from nbconvert import SlidesExporter
+
+    reveal, target = reveal_dir(), dest / "reveal.js"
+    for part in ("LICENSE", "dist/reveal.js", "dist/reveal.css", "dist/reset.css",
+                 "dist/theme/white.css", "dist/theme/fonts/source-sans-pro",
+                 "plugin/notes/notes.js"):
+        (target / part).parent.mkdir(parents=True, exist_ok=True)
+        if (reveal / part).is_dir():
+            shutil.copytree(reveal / part, target / part, dirs_exist_ok=True)
+        else:
+            shutil.copy2(reveal / part, target / part)
+    exporter = SlidesExporter(extra_template_basedirs=[str(SITE_DIR)], template_name="slides",
+                              reveal_url_prefix="reveal.js", reveal_theme="white",
+                              mathjax_url="../_static/mathjax/tex-chtml.js")
+    exporter.log.setLevel("ERROR")  # not "alternative text is missing" for every plot
+    for path in paths:
+        deck = slide_deck(nbformat.read(path, as_version=4), path.stem, exporter)
+        _write(dest / f"{path.stem}.slides.html", deck)
+
+
+def build(out: Path = OUT, quiet: bool = True) -> float:
+    """Build the whole site into `out` (sources and Sphinx's cache go next to it, in
+    `OUT-src` and `OUT-doctrees`); returns the seconds it took."""
+    from sphinx.cmd.build import build_main
+
+    start, paths = time.perf_counter(), notebook_paths([])
+    src, doctrees = out.parent / f"{out.name}-src", out.parent / f"{out.name}-doctrees"
+    prepare(src, paths)
+    args = ["-b", "html", "-E", "-c", str(SITE_DIR), "-d", str(doctrees), str(src), str(out)]
+    if build_main((["-q"] if quiet else []) + args):
+        raise SystemExit("sphinx-build failed (see above)")
+    build_slides(paths, out / "slides")
+    (out / "results").mkdir(exist_ok=True)
+    for result in RESULTS.glob("*.json"):
+        shutil.copy2(result, out / "results" / result.name)
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------- Sphinx extension
+class solution(nodes.General, nodes.Element):
+    """Solution cells behind a toggle: <details><summary>Show the solution</summary>..."""
+
+
+def _visit_solution(self, node) -> None:
+    self.body.append(f'<details class="solution"><summary>{html.escape(node["label"])}'
+                     "</summary>\n")
+
+
+def _depart_solution(self, node) -> None:
+    self.body.append("</details>\n")
+
+
+def _solution_start(node) -> str | None:
+    """The toggle label if `node` is a solution cell (None otherwise; "" if it continues one)."""
+    classes = [c.replace("_", "-") for c in node.get("classes", [])]
+    if "tag-solution" not in classes:
+        return None
+    start = next((c for c in classes if c.startswith("tag-solution-start-")
+                  or c.startswith("solution-start-")), None)
+    if start is None:
+        return ""
+    k = start.rsplit("-", 1)[1]
+    return f"Show the solution of exercise {k}" if k != "0" else "Show the solution"
+
+
+def wrap_solutions(app, doctree, docname) -> None:
+    """Group consecutive solution cells, one toggle per exercise."""
+    for parent in list(doctree.findall(nodes.Element)):
+        if not any(isinstance(c, nodes.Element) and _solution_start(c) is not None
+                   for c in parent.children):
+            continue
+        new, group = [], None
+        for child in list(parent.children):
+            label = _solution_start(child) if isinstance(child, nodes.Element) else None
+            if label is None:
+                group = None
+                new.append(child)
+                continue
+            if group is None or label:
+                group = solution(label=label or "Show the solution")
+                new.append(group)
+            group.append(child)
+        parent.children = []
+        parent.extend(new)
+
+
+def docstring_as_text(app, what, name, obj, options, lines) -> None:
+    """Show docstrings as written: they are plain text with equations and ASCII diagrams,
+    not reStructuredText, so they become preformatted blocks."""
+    if lines:
+        lines[:] = [".. code-block:: text", "   :class: docstring", "",
+                    *(f"   {line}" for line in lines), ""]
+
+
+def setup(app):
+    """Sphinx extension (site/conf.py loads it): solution toggles, plain-text docstrings."""
+    app.add_node(solution, html=(_visit_solution, _depart_solution))
+    app.connect("doctree-resolved", wrap_solutions)
+    app.connect("autodoc-process-docstring", docstring_as_text)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# ---------------------------------------------------------------------------- command line
+def serve(out: Path = OUT, port: int = 8000) -> None:
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+        print(f"serving {out} on http://127.0.0.1:{port}/ (Ctrl-C stops)")
+        httpd.serve_forever()
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m utils.site", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("build", "serve"))
+    parser.add_argument("--out", type=Path, default=OUT, help="the built site (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="serve: port on 127.0.0.1")
+    parser.add_argument("--verbose", action="store_true", help="build: show Sphinx's progress")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        serve(args.out.resolve(), args.port)
+        return 0
+    seconds = build(args.out.resolve(), quiet=not args.verbose)
+    print(f"site built in {seconds:.0f} s: {args.out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
