@@ -16,3 +16,16 @@ def one_cpu_thread():
     torch.optim.Adam(torch.nn.Linear(1, 1).parameters())
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_device_check(monkeypatch):
+    """The root conftest turns the notebooks' device check on for the whole process (the
+    kernels nbval starts inherit it); unit tests call `setup()` too, so switch it off for each
+    of them, and remove a check a test installed."""
+    from utils import devicecheck
+
+    monkeypatch.delenv("SEQ_DEVICE_CHECK", raising=False)
+    monkeypatch.delenv("SEQ_DEVICE", raising=False)
+    yield
+    devicecheck.remove()

@@ -13,8 +13,36 @@ def test_pick_follows_seq_fast(monkeypatch):
 
 def test_bad_seq_fast_value_is_explained(monkeypatch):
     monkeypatch.setenv("SEQ_FAST", "yes please")
-    with pytest.raises(ValueError, match="SEQ_FAST must be 0 or 1"):
+    with pytest.raises(ValueError, match="SEQ_FAST must be one of '1', 'true', 'yes', 'on', '0', 'false', 'no', 'off'"):
         is_fast()
+    for value, fast in (("TRUE", True), (" On ", True), ("no", False), ("", False)):
+        monkeypatch.setenv("SEQ_FAST", value)
+        assert is_fast() is fast
+
+
+@pytest.mark.parametrize("value", ["cuda", "cuda:3", "mps", "gpu", "cpu:x"])
+def test_a_device_this_machine_lacks_is_refused_with_the_ones_it_has(monkeypatch, value):
+    from utils.settings import available_devices
+
+    if value in available_devices():
+        pytest.skip(f"this machine has {value}")
+    monkeypatch.setenv("SEQ_DEVICE", value)
+    with pytest.raises(ValueError, match=rf"SEQ_DEVICE='{value}'.*this machine has .*cpu"):
+        get_device()
+
+
+def test_seq_device_ignores_case_and_spaces(monkeypatch):
+    monkeypatch.setenv("SEQ_DEVICE", " CPU ")
+    assert get_device() == torch.device("cpu")
+
+
+def test_the_header_says_which_precisions_the_device_offers():
+    from utils.settings import precision_note, supported_precisions
+
+    assert supported_precisions(torch.device("cpu")) == ["fp32", "bf16"]
+    assert supported_precisions(torch.device("mps")) == ["fp32", "fp16"]  # no bfloat16 there
+    assert "bfloat16 autocast available" in precision_note(torch.device("cpu"))
+    assert "precision" in run_header(Run(seed=0, device=torch.device("cpu"), fast=True))
 
 
 def test_seeding_repeats_random_draws():

@@ -161,10 +161,20 @@ def _cudnn_rnn_rule(module: nn.Module, args, output) -> None:
 
 
 def install(device: torch.device) -> None:
-    """Start checking placement against `device` (once per process)."""
+    """Start checking placement against `device` (once per process; `remove` stops it)."""
     if _installed:
         return
     mode = _Check(torch.device(device))
     mode.__enter__()  # active for the rest of the session
     _installed.extend([mode, nn.modules.module.register_module_forward_pre_hook(_module_placed),
                        nn.modules.module.register_module_forward_hook(_cudnn_rnn_rule)])
+
+
+def remove() -> None:
+    """Stop checking (the unit tests switch the check on and off around each case)."""
+    if _installed:
+        mode, *hooks = _installed
+        mode.__exit__(None, None, None)
+        for hook in hooks:
+            hook.remove()
+        _installed.clear()

@@ -1,0 +1,83 @@
+"""The GPU stand-in: on `cpu:0` with the check on, what would fail on a GPU fails here."""
+
+import pytest
+import torch
+from torch import nn
+
+from utils import devicecheck
+from utils.devicecheck import DevicePlacementError
+
+DEV = torch.device("cpu:0")
+
+
+@pytest.fixture
+def check():
+    devicecheck.install(DEV)
+    yield
+    devicecheck.remove()
+
+
+def test_a_model_never_sent_to_the_device_is_refused(check):
+    x = torch.randn(2, 3, device=DEV)
+    with pytest.raises(DevicePlacementError, match=r"Linear runs with its weight .*model.to\(run.device\)"):
+        nn.Linear(3, 2)(x)
+    with pytest.raises(DevicePlacementError, match="Linear runs with its weight"):
+        nn.Linear(3, 2)(torch.randn(2, 3))  # both on the CPU: still not where run.device is
+
+
+def test_a_cpu_tensor_next_to_a_device_tensor_is_refused(check):
+    model = nn.Linear(3, 2).to(DEV)
+    with pytest.raises(DevicePlacementError, match="mixes a tensor on run.device"):
+        model(torch.randn(2, 3))
+    y = model(torch.randn(2, 3).to(DEV))
+    with pytest.raises(DevicePlacementError, match="mixes"):
+        nn.functional.cross_entropy(y, torch.tensor([0, 1]))  # targets left on the CPU
+    nn.functional.cross_entropy(y, torch.tensor([0, 1], device=y.device))  # device=x.device follows
+    assert (y * torch.tensor(2.0)).shape == (2, 2)  # a CPU scalar is fine, as on a GPU
+
+
+def test_numpy_needs_cpu_first_and_cpu_gives_a_copy(check):
+    x = torch.ones(3).to(DEV)
+    with pytest.raises(DevicePlacementError, match=r"`numpy`.*x.cpu\(\)"):
+        x.numpy()
+    host = x.cpu()
+    assert host.numpy().sum() == 3 and devicecheck.on_device(x) and not devicecheck.on_device(host)
+    assert x.sum().item() == 3.0  # numbers come back with .item()
+
+
+def test_backward_through_an_rnn_in_eval_mode_is_refused(check):
+    rnn = nn.LSTM(3, 4, batch_first=True).to(DEV).eval()
+    out, _ = rnn(torch.randn(2, 5, 3, device=DEV))
+    with pytest.raises(DevicePlacementError, match="cuDNN refuses it"):
+        out.sum().backward()
+    rnn.train()
+    rnn(torch.randn(2, 5, 3, device=DEV))[0].sum().backward()  # train mode: allowed
+
+
+def test_correct_code_passes_and_trains_through_fit(check):
+    from utils.train import fit
+
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)).to(DEV)
+    x, y = torch.randn(32, 3), torch.randint(0, 2, (32,))
+    batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 32, 8)]  # CPU batches: fit moves them
+
+    def step(m, batch):
+        xb, yb = batch
+        return {"loss": nn.functional.cross_entropy(m(xb), yb), "n": len(yb)}
+
+    log = fit(model, batches, step, torch.optim.Adam(model.parameters()), epochs=2, val_loader=batches,
+              clip=1.0, log_every=None)
+    assert log["updates"] == 8 and all(devicecheck.on_device(p) for p in model.parameters())
+
+
+def test_setup_installs_the_check_when_asked(monkeypatch):
+    from utils.settings import setup
+
+    monkeypatch.setenv("SEQ_DEVICE", "cpu:0")
+    monkeypatch.setenv("SEQ_DEVICE_CHECK", "1")
+    try:
+        run = setup(quiet=True)
+        assert run.device == DEV and devicecheck._installed
+    finally:
+        devicecheck.remove()
+    assert not devicecheck._installed
