@@ -58,7 +58,8 @@ class BagOfEmbeddings(nn.Module):
 
     s = (1/L) sum_{t < L} e(x_t),  logits = dropout(s) W + b.
     `pool="none"` is the ablation without pooling: the same embedding and linear layer give
-    every token its own logits, and the review is judged by its last real token alone.
+    every token its own logits (`token_logits`, trained with `every_token_step`, as the seed's
+    model does), and `forward` judges the review by its last real token alone.
     """
 
     def __init__(self, vocab_size: int, E: int, C: int = 2, pool: str = "mean",
@@ -73,12 +74,16 @@ class BagOfEmbeddings(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(E, C)
 
+    def token_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Every token's own prediction, no pooling: (B, T) -> (B, T, C)."""
+        return self.head(self.dropout(self.embedding(tokens)))  # (B, T, C)
+
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         _check_inputs(tokens, lengths)
         B, T = tokens.shape
-        e = self.embedding(tokens)  # (B, T, E)
         if self.pool == "none":  # logits of every token; keep the last real one
-            return self.head(e[torch.arange(B, device=e.device), lengths - 1])  # (B, C)
+            return self.token_logits(tokens)[torch.arange(B, device=tokens.device), lengths - 1]  # (B, C)
+        e = self.embedding(tokens)  # (B, T, E)
         mask = length_mask(lengths, T)  # (B, T)
         s = (e * mask[..., None]).sum(1) / lengths[:, None].to(e.dtype)  # (B, E)
         return self.head(self.dropout(s))  # (B, C)
@@ -113,6 +118,66 @@ class FastText(BagOfEmbeddings):
         return self.head(self.dropout(s))  # (B, C)
 
 
+# ---------------------------------------------------------------------------- n-gram bag
+def log_count_ratio(X, y, alpha: float = 1.0) -> torch.Tensor:
+    """Naive Bayes log-count ratios of binary n-gram features (Wang & Manning 2012):
+    r_j = log( (p_j / |p|_1) / (q_j / |q|_1) ), p = alpha + counts in positive reviews,
+    q = alpha + counts in negative ones. X: scipy sparse (N, F) of 0/1, y: (N,) -> r (F,).
+    A feature's r says how much more often it occurs in positive than in negative reviews."""
+    X, y = X.tocsr(), np.asarray(y)
+    p = alpha + np.asarray(X[y == 1].sum(0)).ravel()  # (F,)
+    q = alpha + np.asarray(X[y == 0].sum(0)).ravel()  # (F,)
+    return torch.as_tensor(np.log((p / p.sum()) / (q / q.sum())), dtype=torch.float32)  # (F,)
+
+
+class NBWeightedBag(nn.Module):
+    """A bag of n-grams whose features are scaled by their log-count ratios: NBSVM's features
+    (Wang & Manning 2012) under a trainable linear layer, run as an `nn.EmbeddingBag`.
+
+    logits_c = sum over the review's n-grams j of r_j W[j, c] + b_c. The ratios r are fixed
+    (computed on the training split); W starts at zero. Inputs are a review's feature ids,
+    flattened, with `offsets` marking where each review starts (`sparse_batches`).
+    """
+
+    def __init__(self, r: torch.Tensor, C: int = 2) -> None:
+        super().__init__()
+        self.register_buffer("r", r)  # (F,)
+        self.bag = nn.EmbeddingBag(len(r), C, mode="sum")
+        nn.init.zeros_(self.bag.weight)
+        self.bias = nn.Parameter(torch.zeros(C))
+
+    def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.bag(ids, offsets, per_sample_weights=self.r[ids]) + self.bias  # (B, C)
+
+
+class SparseBatches:
+    """Batches of rows of a scipy CSR matrix as (ids, offsets, labels), re-shuffled each epoch;
+    `len()` is the number of batches, so `fit` can count epochs."""
+
+    def __init__(self, X, y, batch_size: int, shuffle: bool, seed: int = 0) -> None:
+        self.X, self.y, self.batch_size, self.shuffle = X.tocsr(), np.asarray(y), batch_size, shuffle
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return -(-self.X.shape[0] // self.batch_size)
+
+    def __iter__(self):
+        order = self.rng.permutation(self.X.shape[0]) if self.shuffle else np.arange(self.X.shape[0])
+        for i in range(0, len(order), self.batch_size):
+            rows = self.X[order[i:i + self.batch_size]]
+            yield (torch.as_tensor(rows.indices, dtype=torch.long),  # (nnz,) feature ids
+                   torch.as_tensor(rows.indptr[:-1], dtype=torch.long),  # (B,) where each row starts
+                   torch.as_tensor(self.y[order[i:i + self.batch_size]], dtype=torch.long))  # (B,)
+
+
+def bag_step(model: nn.Module, batch) -> dict:
+    """`fit` step for `NBWeightedBag` on `SparseBatches`: loss, n, acc."""
+    ids, offsets, labels = to_device(batch, model_device(model))
+    logits = model(ids, offsets)  # (B, C)
+    return {"loss": F.cross_entropy(logits, labels), "n": len(labels),
+            "acc": (logits.argmax(-1) == labels).float().mean()}
+
+
 # ---------------------------------------------------------------------------- recurrent
 class RecurrentClassifier(nn.Module):
     """Embedding -> LSTM / GRU (optionally bidirectional) over a *packed* batch -> linear head.
@@ -122,8 +187,11 @@ class RecurrentClassifier(nn.Module):
     the backward direction after reading back to token 1; we concatenate them (B, 2H).
     `forget_bias` opens the "keep" gate at the start, as in notebook 05: the LSTM's forget
     gate, or the GRU's update gate (`utils.gated.open_gates_`); None keeps torch's init.
-    `read="padded_last"` is the seed tutorial's classifier: no packing, read out[:, -1], which
-    for every review shorter than the batch is the state after a run of <pad> tokens.
+    `read="gather"` runs the layer over the padded batch and reads each row at its own last
+    real token, out[b, L_b - 1]: the same state as packing for a one-directional layer (the
+    pads come after it), without packing's bookkeeping. `read="padded_last"` is the seed
+    tutorial's classifier: no packing, read out[:, -1], which for every review shorter than the
+    batch is the state after a run of <pad> tokens.
     """
 
     def __init__(self, vocab_size: int, E: int, H: int, C: int = 2, cell: str = "lstm",
@@ -132,8 +200,11 @@ class RecurrentClassifier(nn.Module):
         super().__init__()
         if cell not in ("lstm", "gru"):
             raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")
-        if read not in ("final", "padded_last"):
-            raise ValueError(f"read must be 'final' or 'padded_last', got {read!r}")
+        if read not in ("final", "gather", "padded_last"):
+            raise ValueError(f"read must be 'final', 'gather' or 'padded_last', got {read!r}")
+        if read == "gather" and bidirectional:
+            raise ValueError("read='gather' is for one direction: a backward pass over a padded "
+                             "batch starts on the pads; use read='final' (packing)")
         self.cell, self.read = cell, read
         self.embedding = nn.Embedding(vocab_size, E, padding_idx=PAD_ID)
         rnn = nn.LSTM if cell == "lstm" else nn.GRU
@@ -149,6 +220,10 @@ class RecurrentClassifier(nn.Module):
         if self.read == "padded_last":  # the bug, kept to measure it
             out, _ = self.rnn(e)  # (B, T, H * dirs), pads included
             return self.head(self.dropout(out[:, -1]))  # (B, C)
+        if self.read == "gather":  # the pads come after the last real token: read there
+            out, _ = self.rnn(e)  # (B, T, H)
+            last = out[torch.arange(len(lengths), device=out.device), lengths - 1]  # (B, H)
+            return self.head(self.dropout(last))  # (B, C)
         # torch wants the lengths on the CPU for packing, whatever the device of the data
         packed = pack_padded_sequence(e, lengths.cpu(), batch_first=True, enforce_sorted=False)
         _, h_n = self.rnn(packed)  # LSTM: (h_n, c_n); h_n: (layers * dirs, B, H)
@@ -245,6 +320,17 @@ def classify_step(model: nn.Module, batch) -> dict:
     loss = F.cross_entropy(logits.float(), batch.labels)  # the loss in float32
     acc = (logits.argmax(-1) == batch.labels).float().mean()
     return {"loss": loss, "n": len(batch.labels), "acc": acc}
+
+
+def every_token_step(model: nn.Module, batch) -> dict:
+    """`fit` step for `BagOfEmbeddings(pool="none")`: every real token predicts the review's
+    label on its own (the seed's unpooled model); loss and accuracy are means over tokens."""
+    batch = batch.to(model_device(model))
+    logits = model.token_logits(batch.tokens)  # (B, T, C)
+    labels = batch.labels[:, None].expand_as(batch.tokens)  # (B, T): the review's label everywhere
+    logits, labels = logits[batch.mask], labels[batch.mask]  # (N, C), (N,) real tokens only
+    return {"loss": F.cross_entropy(logits.float(), labels), "n": len(labels),
+            "acc": (logits.argmax(-1) == labels).float().mean()}
 
 
 def features_step(model: nn.Module, batch) -> dict:

@@ -103,15 +103,35 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, D)
 
 
+def head_and_tail(ids: list[int], max_length: int) -> list[int]:
+    """A tokenized text ([CLS] ... [SEP]) cut to `max_length` pieces by keeping its first and last
+    pieces, half each: a review's verdict often comes at its end."""
+    if len(ids) <= max_length:
+        return ids
+    inner, keep = ids[1:-1], max_length - 2
+    return [ids[0], *inner[: keep - keep // 2], *inner[len(inner) - keep // 2:], ids[-1]]
+
+
+def _tokenize(enc: SentenceEncoder, texts: list[str], max_length: int, keep: str, device) -> dict:
+    if keep == "head":
+        return enc.tokenizer(texts, padding=True, truncation=True, max_length=max_length,
+                             return_tensors="pt").to(device)
+    ids = [head_and_tail(x, max_length) for x in enc.tokenizer(texts, verbose=False)["input_ids"]]
+    return enc.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(device)
+
+
 @torch.no_grad()
 def encode(enc: SentenceEncoder, texts: list[str], max_length: int = 128, batch_size: int = 64,
-           bf16: bool = False) -> torch.Tensor:
+           bf16: bool = False, keep: str = "head") -> torch.Tensor:
     """Unit-length sentence vectors (N, D), float32, in the order of `texts`.
 
-    Texts are truncated to `max_length` word pieces. They are encoded in batches of similar
-    length (sorted by character count) so little compute goes to padding. `bf16` runs the
-    transformer under bfloat16 autocast (the pooling and normalisation stay float32).
+    Texts are cut to `max_length` word pieces: their first pieces (`keep="head"`) or their first
+    and last halves (`keep="head+tail"`). They are encoded in batches of similar length (sorted
+    by character count) so little compute goes to padding. `bf16` runs the transformer under
+    bfloat16 autocast (the pooling and normalisation stay float32).
     """
+    if keep not in ("head", "head+tail"):
+        raise ValueError(f"keep must be 'head' or 'head+tail', got {keep!r}")
     from utils.train import progress
 
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -119,8 +139,7 @@ def encode(enc: SentenceEncoder, texts: list[str], max_length: int = 128, batch_
     device = next(enc.model.parameters()).device
     for start in progress(range(0, len(texts), batch_size), desc="encoding"):
         idx = order[start:start + batch_size]
-        batch = enc.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                              max_length=max_length, return_tensors="pt").to(device)
+        batch = _tokenize(enc, [texts[i] for i in idx], max_length, keep, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             hidden = enc.model(**batch).last_hidden_state  # (B, T, D)
         s = mean_pool(hidden.float(), batch["attention_mask"])  # (B, D)
@@ -128,9 +147,10 @@ def encode(enc: SentenceEncoder, texts: list[str], max_length: int = 128, batch_
     return out
 
 
-def cache_key(name: str, texts: list[str], max_length: int, bf16: bool) -> str:
-    """Hash of everything the vectors depend on: the model, input length, precision, texts."""
-    h = hashlib.sha256(f"{name}|{max_length}|{bf16}|{len(texts)}".encode())
+def cache_key(name: str, texts: list[str], max_length: int, bf16: bool, keep: str = "head") -> str:
+    """Hash of everything the vectors depend on: the model, input length and cut, precision, texts."""
+    head = f"{name}|{max_length}|{bf16}|{len(texts)}" + ("" if keep == "head" else f"|{keep}")
+    h = hashlib.sha256(head.encode())
     for text in texts:
         h.update(text.encode())
         h.update(b"\x00")
@@ -139,14 +159,14 @@ def cache_key(name: str, texts: list[str], max_length: int, bf16: bool) -> str:
 
 def encode_cached(enc: SentenceEncoder, texts: list[str], max_length: int = 128,
                   batch_size: int = 64, bf16: bool = False, cache_dir: Path | None = None,
-                  label: str = "texts") -> tuple[torch.Tensor, dict]:
+                  label: str = "texts", keep: str = "head") -> tuple[torch.Tensor, dict]:
     """`encode`, with the result kept on disk; returns (vectors (N, D), info).
 
     info: {"cached": bool, "seconds": float, "per_s": texts per second (None on a hit)}.
     Prints one line that says which path it took and where the file is (relative to the repo).
     """
     cache_dir = Path(cache_dir) if cache_dir is not None else CACHE_DIR
-    key = cache_key(enc.name, texts, max_length, bf16)
+    key = cache_key(enc.name, texts, max_length, bf16, keep)
     path = cache_dir / f"{enc.name}-{max_length}-{key}.pt"
     start = time.perf_counter()
     if path.exists():
@@ -154,7 +174,7 @@ def encode_cached(enc: SentenceEncoder, texts: list[str], max_length: int = 128,
         info = {"cached": True, "seconds": time.perf_counter() - start, "per_s": None}
         print(f"{label}: cache hit, {len(texts):,} vectors read from {_shown(path)}")
         return vectors, info
-    vectors = encode(enc, texts, max_length, batch_size, bf16)
+    vectors = encode(enc, texts, max_length, batch_size, bf16, keep)
     seconds = time.perf_counter() - start
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")

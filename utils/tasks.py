@@ -19,7 +19,9 @@ from utils.gated import init_keep_gate_
 from utils.settings import get_device
 from utils.train import fit
 
-CELLS = ("rnn", "irnn", "lstm", "gru")  # irnn: ReLU RNN with identity W_hh (Le et al., 2015)
+CELLS = ("rnn", "irnn", "lstm", "gru")
+SOLVED_ACC = 0.9  # a run has "solved" the recall task when its held-out accuracy reaches this
+TEST_SEED = 99_999  # the fixed held-out set every run of a distance is scored on  # irnn: ReLU RNN with identity W_hh (Le et al., 2015)
 
 
 def make_recall_task(n_samples: int, distance: int, n_classes: int = 4, n_noise: int = 4,
@@ -129,14 +131,17 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
                  lr: float = 3e-3, clip: float | None = 1.0, seed: int = 0,
                  device: str | torch.device | None = None, n_classes: int = 4,
                  n_noise: int = 4, forget_bias: float | str | None = "open",
-                 optimizer: str = "adam") -> dict:
+                 optimizer: str = "adam", n_test: int = 1024) -> dict:
     """Train `SequenceClassifier(cell)` on the recall task for `steps` updates (`utils.train.fit`).
 
     `device` defaults to the course's (`utils.settings.get_device`). `optimizer` is "adam" or
     "sgd" (plain SGD, where one huge gradient means one huge step); `clip=None` trains without
     gradient clipping (the norm is still logged). Returns {"val_acc": float, "train_acc": float,
-    "history": `fit`'s log (per update "loss", "grad_norm" before clipping), "time_s", "model"}.
-    Validation data use a different seed, so they are unseen sequences.
+    "history": `fit`'s log (per update "loss", "grad_norm" before clipping), "time_s", "model",
+    "test_acc": float, "solved": bool}. Validation data use a different seed, so they are unseen
+    sequences: choose settings (e.g. the learning rate) on "val_acc". "test_acc" is measured on
+    one fixed held-out set per distance (`TEST_SEED`), the same for every run, and a run has
+    "solved" the task when it reaches `SOLVED_ACC` there.
     """
     torch.manual_seed(seed)
     train = make_recall_task(n_train, distance, n_classes, n_noise, seed=seed)
@@ -156,6 +161,42 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
     batches = random_index_batches(x, y, batch_size, torch.Generator().manual_seed(seed))
     log = fit(model, batches, step, opt, updates=steps, clip=clip or float("inf"), log_every=None)
     xv, yv = val.tensors
+    xt, yt = make_recall_task(n_test, distance, n_classes, n_noise, seed=TEST_SEED).tensors
+    test_acc = accuracy(model, xt.to(device), yt.to(device))
     return {"val_acc": accuracy(model, xv.to(device), yv.to(device)),
             "train_acc": accuracy(model, x.to(device), y.to(device)), "history": log,
-            "time_s": log["train_s"], "model": model}
+            "time_s": log["train_s"], "model": model, "test_acc": test_acc,
+            "solved": test_acc >= SOLVED_ACC}
+
+
+def recall_sweep(variants: dict, distances: list[int], seeds: list[int], lrs: list[float],
+                 steps: int, device: str | torch.device | None = None, **kw) -> dict:
+    """Each variant at its own learning rate, chosen on validation, then over several seeds.
+
+    `variants` maps a name to (cell, forget_bias). For each variant, every rate in `lrs` is
+    trained with the first seed at every distance; the rate with the best mean *validation*
+    accuracy over the distances is kept, and the other seeds train at that rate only. Returns
+    {"lr": {name: chosen rate}, "grid": {(name, lr): mean validation accuracy},
+    "runs": {(name, distance): [one `train_recall` result per seed]}}; report "test_acc" and
+    "solved" of the runs (the held-out set took no part in any choice).
+    """
+    first, rest = seeds[0], seeds[1:]
+    grid, chosen, runs = {}, {}, {}
+    for name, (cell, forget_bias) in variants.items():
+        first_runs = {(lr, T): train_recall(cell, T, steps=steps, lr=lr, seed=first, device=device,
+                                            forget_bias=forget_bias, **kw)
+                      for lr in lrs for T in distances}
+        for lr in lrs:
+            grid[name, lr] = sum(first_runs[lr, T]["val_acc"] for T in distances) / len(distances)
+        chosen[name] = max(lrs, key=lambda lr, name=name: grid[name, lr])
+        for T in distances:
+            runs[name, T] = [first_runs[chosen[name], T]] + [
+                train_recall(cell, T, steps=steps, lr=chosen[name], seed=s, device=device,
+                             forget_bias=forget_bias, **kw) for s in rest]
+    return {"lr": chosen, "grid": grid, "runs": runs}
+
+
+def solved_summary(runs: list[dict]) -> str:
+    """"k/n" runs that solved the task, with the mean held-out accuracy: "2/3 (0.73)"."""
+    solved = sum(r["solved"] for r in runs)
+    return f"{solved}/{len(runs)} ({sum(r['test_acc'] for r in runs) / len(runs):.2f})"
