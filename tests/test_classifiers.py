@@ -10,12 +10,18 @@ from utils.classifiers import (
     BagOfEmbeddings,
     EmbeddingMLP,
     FastText,
+    NBWeightedBag,
     RecurrentClassifier,
+    SparseBatches,
     TextCNN,
+    bag_step,
     classification_metrics,
     classify_step,
+    cut,
+    every_token_step,
     fraction_of,
     length_mask,
+    log_count_ratio,
     make_loader,
     predict,
     sparse_adagrad,
@@ -30,6 +36,7 @@ MODELS = {
     "lstm": lambda: RecurrentClassifier(V, E, H, C),
     "gru": lambda: RecurrentClassifier(V, E, H, C, cell="gru"),
     "bilstm": lambda: RecurrentClassifier(V, E, H, C, bidirectional=True),
+    "lstm_gather": lambda: RecurrentClassifier(V, E, H, C, read="gather"),
     "cnn": lambda: TextCNN(V, E, C, widths=(2, 3), n_filters=6, dropout=0.0),
 }
 
@@ -211,3 +218,56 @@ def test_loader_step_and_predict_agree():
     assert batch.tokens.shape[1] <= 2
     out = classify_step(model, batch)
     assert out["n"] == 4 and out["loss"].dim() == 0
+
+
+def test_gather_read_equals_the_packed_final_state():
+    torch.manual_seed(0)
+    packed, gathered = RecurrentClassifier(V, E, H, C), RecurrentClassifier(V, E, H, C, read="gather")
+    gathered.load_state_dict(packed.state_dict())
+    tokens, lengths = toy_batch()
+    torch.testing.assert_close(packed(tokens, lengths), gathered(tokens, lengths))
+    with pytest.raises(ValueError, match="backward pass over a padded batch"):
+        RecurrentClassifier(V, E, H, C, bidirectional=True, read="gather")
+
+
+def test_cut_keeps_head_tail_or_both_ends():
+    ids = list(range(10))
+    assert cut(ids, 4, "head") == [0, 1, 2, 3] and cut(ids, 4, "tail") == [6, 7, 8, 9]
+    assert cut(ids, 5, "head+tail") == [0, 1, 2, 8, 9] and cut(ids, None) == ids and cut(ids, 20, "tail") == ids
+    with pytest.raises(ValueError, match="keep must be"):
+        cut(ids, 4, "middle")
+    loader = make_loader([ids], [1], 1, shuffle=False, max_len=3, keep="tail")
+    assert next(iter(loader)).tokens.tolist() == [[7, 8, 9]]
+
+
+def test_every_token_step_trains_each_real_token_on_the_review_label():
+    from utils.text import Batch
+
+    torch.manual_seed(0)
+    model = BagOfEmbeddings(V, E, C, pool="none")
+    tokens, lengths = toy_batch()
+    batch = Batch(tokens, lengths, tokens != 0, torch.tensor([0, 1, 0, 1, 1]))
+    out = every_token_step(model, batch)
+    logits = model.token_logits(tokens)[batch.mask]  # (N, C)
+    labels = batch.labels[:, None].expand_as(tokens)[batch.mask]
+    assert out["n"] == int(lengths.sum())
+    torch.testing.assert_close(out["loss"], F.cross_entropy(logits, labels))
+
+
+def test_nb_weighted_bag_is_naive_bayes_log_ratios_under_a_linear_layer():
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(np.array([[1, 1, 0], [1, 0, 0], [0, 1, 1], [0, 0, 1]]))
+    y = np.array([1, 1, 0, 0])
+    r = log_count_ratio(X, y)  # feature 0 only in positives, feature 2 only in negatives
+    p, q = np.array([3, 2, 1]) / 6, np.array([1, 2, 3]) / 6
+    torch.testing.assert_close(r, torch.tensor(np.log(p / q), dtype=torch.float32))
+    model = NBWeightedBag(r)
+    with torch.no_grad():
+        model.bag.weight[:, 1] = 1.0  # logit_pos = sum of r over the review's features
+    ids, offsets, labels = next(iter(SparseBatches(X, y, 4, shuffle=False)))
+    logits = model(ids, offsets)  # (4, 2)
+    torch.testing.assert_close(logits[:, 1], torch.as_tensor(X @ r.numpy(), dtype=torch.float32))
+    assert bag_step(model, (ids, offsets, labels))["n"] == 4 and len(SparseBatches(X, y, 3, True)) == 2
+    meta = NBWeightedBag(r).to("meta")
+    assert meta(ids.to("meta"), offsets.to("meta")).shape == (4, 2)

@@ -116,3 +116,22 @@ def test_minilm_encodes_unit_vectors_that_mean_something(minilm, tmp_path, capsy
     diff = (encode(minilm, texts[:1], max_length=32)[0] - direct).abs().max().item()
     print(f"encode vs direct mean of one sentence: max |diff| = {diff:.1e}")
     assert diff < 1e-5
+
+
+def test_head_and_tail_keeps_both_ends_and_the_special_pieces():
+    from utils.encoders import head_and_tail
+
+    ids = [101, *range(1, 11), 102]  # [CLS] 1..10 [SEP]
+    assert head_and_tail(ids, 6) == [101, 1, 2, 9, 10, 102]
+    assert head_and_tail(ids, 7) == [101, 1, 2, 3, 9, 10, 102]
+    assert head_and_tail(ids, 50) == ids
+
+
+def test_head_and_tail_encoding_reads_the_end_of_a_long_text(minilm, tmp_path):
+    long_text = "The plot is dull. " * 40 + "Wonderful, moving and brilliant."
+    head = encode(minilm, [long_text], max_length=32)
+    both = encode(minilm, [long_text], max_length=32, keep="head+tail")
+    ref = encode(minilm, ["Wonderful, moving and brilliant."], max_length=32)
+    assert (both @ ref.T).item() > (head @ ref.T).item()  # the ending now counts
+    with pytest.raises(ValueError, match="keep must be"):
+        encode(minilm, [long_text], keep="middle")

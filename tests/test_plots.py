@@ -27,3 +27,15 @@ def test_heatmap_and_curve_have_labelled_axes():
     ax = plot_curve(np.linspace(3, 1, 50), ylabel="loss")
     assert ax.get_ylabel() == "loss" and len(ax.get_lines()) == 2
     plt.close("all")
+
+
+def test_heatmap_size_is_capped_for_long_sentences():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from utils.plots import heatmap
+
+    ax = heatmap(np.zeros((60, 80)))
+    w, h = ax.figure.get_size_inches()
+    assert w <= 12 and h <= 10
+    plt.close(ax.figure)

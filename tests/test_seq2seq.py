@@ -159,3 +159,28 @@ def test_bleu_scores_headline_matches_sacrebleu():
     print(f"ours {ours['bleu'].score:.4f} vs sacrebleu {ref.score:.4f}")
     assert abs(ours["bleu"].score - ref.score) < 1e-9
     assert abs(ours["bleu_lc"].score - sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score) < 1e-9
+
+
+def test_luong_input_feeding_runs_step_by_step_and_decodes_like_its_forward():
+    from utils.seq2seq import EncoderDecoder
+
+    torch.manual_seed(0)
+    model = EncoderDecoder(tiny_cfg(input_feeding=True, bidirectional=True), "luong").eval()
+    batch = toy_batch()
+    assert not model.decoder.parallel
+    logits = model(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V), teacher-forced
+    state, steps = model.start(batch.src, batch.src_mask), []
+    for t in range(batch.tgt_in.shape[1]):
+        lp, state = model.step(batch.tgt_in[:, : t + 1], state)
+        steps.append(lp)
+    torch.testing.assert_close(torch.stack(steps, 1), torch.log_softmax(logits, -1), atol=1e-5, rtol=1e-5)
+
+
+def test_attention_entropy_is_between_a_point_and_uniform():
+    from utils.seq2seq import EncoderDecoder, attention_entropy
+
+    torch.manual_seed(0)
+    model = EncoderDecoder(tiny_cfg(bidirectional=True), "bahdanau")
+    pairs = [([5, 6, 7, 8], [9, 10, 11]), ([5, 7], [12, 13, 14, 15])]
+    out = attention_entropy(model, pairs)
+    assert 0 < out["nats"] and 0 < out["share_of_uniform"] <= 1 + 1e-6

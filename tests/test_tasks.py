@@ -73,3 +73,17 @@ def test_accuracy_keeps_the_model_mode(training):
     model = SequenceClassifier(8, 4, 4, "rnn").train(training)
     accuracy(model, x, y)
     assert model.training is training
+
+
+def test_recall_sweep_chooses_each_rate_on_validation_and_scores_a_fixed_held_out_set():
+    from utils.tasks import SOLVED_ACC, recall_sweep, solved_summary
+
+    variants = {"rnn": ("rnn", None), "gru": ("gru", "open")}
+    out = recall_sweep(variants, [3], seeds=[0, 1], lrs=[1e-3, 3e-2], steps=30, device="cpu",
+                       hidden_size=8, n_train=64, n_val=32, n_test=64)
+    for name in variants:
+        grid = {lr: out["grid"][name, lr] for lr in (1e-3, 3e-2)}
+        assert out["lr"][name] == max(grid, key=grid.get)  # the better validation accuracy
+        runs = out["runs"][name, 3]
+        assert len(runs) == 2 and all(r["solved"] == (r["test_acc"] >= SOLVED_ACC) for r in runs)
+    assert solved_summary([{"solved": True, "test_acc": 1.0}, {"solved": False, "test_acc": 0.5}]) == "1/2 (0.75)"

@@ -284,12 +284,27 @@ class EmbeddingMLP(nn.Module):
 
 
 # ---------------------------------------------------------------------------- train / evaluate
+def cut(ids: list[int], max_len: int | None, keep: str = "head") -> list[int]:
+    """At most `max_len` tokens of a review: its first ("head"), its last ("tail"), or the first
+    and last halves ("head+tail"; the middle is dropped). None keeps every token."""
+    if keep not in ("head", "tail", "head+tail"):
+        raise ValueError(f"keep must be 'head', 'tail' or 'head+tail', got {keep!r}")
+    if max_len is None or len(ids) <= max_len:
+        return ids
+    if keep == "head":
+        return ids[:max_len]
+    if keep == "tail":
+        return ids[-max_len:]
+    return ids[: max_len - max_len // 2] + ids[len(ids) - max_len // 2:]
+
+
 def make_loader(ids: list[list[int]], labels, batch_size: int, shuffle: bool,
-                max_len: int | None = None, seed: int = 0, sort: bool = True
+                max_len: int | None = None, seed: int = 0, sort: bool = True, keep: str = "head"
                 ) -> torch.utils.data.DataLoader:
     """Padded batches of (truncated) id lists with labels, built on utils.text.
 
-    Keeps the first `max_len` tokens of each review. `shuffle=True` (training): batches of
+    Keeps `max_len` tokens of each review, chosen by `keep` (`cut`: the first, the last, or the
+    first and last halves). `shuffle=True` (training): batches of
     similar length from `BucketBatchSampler`, in random order. `shuffle=False` (evaluation):
     with `sort=True` the reviews are batched in order of length, so there is little padding,
     and `loader.order` records that order, which `predict` undoes; `sort=False` batches
@@ -301,7 +316,7 @@ def make_loader(ids: list[list[int]], labels, batch_size: int, shuffle: bool,
         raise ValueError(f"{len(ids)} id lists but {len(labels)} labels")
     if any(len(x) == 0 for x in ids):
         raise ValueError("every example needs at least one token (an empty review?)")
-    data = [(x[:max_len], int(y)) for x, y in zip(ids, labels)]
+    data = [(cut(x, max_len, keep), int(y)) for x, y in zip(ids, labels)]
     lengths = [len(x) for x, _ in data]
     if shuffle:
         sampler = BucketBatchSampler(lengths, batch_size, seed=seed)

@@ -66,7 +66,8 @@ def heatmap(matrix, xlabels: Sequence[str] | None = None, ylabels: Sequence[str]
             annotate: bool = False, ax=None):
     """A labelled heatmap (attention weights, similarities, confusion matrices)."""
     matrix = np.asarray(matrix, dtype=float)
-    ax = ax or plt.subplots(figsize=(0.5 * matrix.shape[1] + 2.5, 0.45 * matrix.shape[0] + 1.5))[1]
+    size = (min(0.5 * matrix.shape[1] + 2.5, 12), min(0.45 * matrix.shape[0] + 1.5, 10))  # capped
+    ax = ax or plt.subplots(figsize=size)[1]
     image = ax.imshow(matrix, cmap=cmap, aspect="auto")
     ax.figure.colorbar(image, ax=ax)
     if xlabels is not None:

@@ -191,6 +191,7 @@ class Seq2SeqConfig:
     dropout: float = 0.3  # on embeddings and before the output layer
     bidirectional: bool = False  # encoder reads the source both ways (attention models)
     reverse_src: bool = False  # read the source backwards (Sutskever et al.'s input reversal)
+    input_feeding: bool = False  # Luong: feed h~_{t-1} back into the next step's GRU input
 
     def __post_init__(self):
         if min(self.src_vocab, self.tgt_vocab, self.emb, self.hidden, self.attn) <= 0:
@@ -368,19 +369,22 @@ class LuongDecoder(_Decoder):
     """Attention queried with the current state (Luong et al. 2015, general score):
     s_t = GRU(emb(y_{t-1}), s_{t-1}), alpha_t = softmax(s_t W h_i), c_t = sum_i alpha_ti h_i,
     h~_t = tanh(W_c [c_t; s_t]), logits = W_s h~_t. Without input feeding, a teacher-forced
-    pass runs the GRU over all steps at once and attends for all of them in one bmm."""
-
-    parallel = True
+    pass runs the GRU over all steps at once and attends for all of them in one bmm.
+    With `input_feeding` (Luong et al.'s own remedy) the GRU reads [emb(y_{t-1}); h~_{t-1}], so
+    the step knows where it attended before; the steps must then run one after the other."""
 
     def __init__(self, cfg: Seq2SeqConfig) -> None:
         d_mem = 2 * cfg.hidden if cfg.bidirectional else cfg.hidden
         super().__init__(cfg, out_in=cfg.hidden)
-        self.rnn = nn.GRU(cfg.emb, cfg.hidden, batch_first=True)
+        self.feed = cfg.input_feeding
+        self.parallel = not self.feed
+        self.rnn = nn.GRU(cfg.emb + (cfg.hidden if self.feed else 0), cfg.hidden, batch_first=True)
         self.attention = Attention(GeneralScore(cfg.hidden, d_mem))
         self.W_c = nn.Linear(d_mem + cfg.hidden, cfg.hidden, bias=False)
 
     def init_state(self, memory: Tensor, summary: Tensor, src_mask: Tensor) -> dict:
-        return {"s": summary, "memory": memory, "mask": src_mask}
+        state = {"s": summary, "memory": memory, "mask": src_mask}
+        return {**state, "h_tilde": torch.zeros_like(summary)} if self.feed else state  # (B, H)
 
     def _attend(self, out: Tensor, state: dict):
         c, w = self.attention(out, state["memory"], state["memory"], state["mask"])  # (B, T, 2H)
@@ -388,9 +392,12 @@ class LuongDecoder(_Decoder):
 
     def features(self, y_prev: Tensor, state: dict):
         x = self.dropout(self.embed(y_prev))[:, None]  # (B, 1, E)
+        if self.feed:
+            x = torch.cat([x, state["h_tilde"][:, None]], dim=-1)  # (B, 1, E + H)
         out, s = self.rnn(x, state["s"][None])  # (B, 1, H), (1, B, H)
         h_tilde, w = self._attend(out, state)  # (B, 1, H)
-        return h_tilde[:, 0], {**state, "s": s[0]}, w[:, 0]
+        state = {**state, "s": s[0], **({"h_tilde": h_tilde[:, 0]} if self.feed else {})}
+        return h_tilde[:, 0], state, w[:, 0]
 
     def forward_parallel(self, tgt_in: Tensor, state: dict) -> Tensor:
         out, _ = self.rnn(self.dropout(self.embed(tgt_in)), state["s"][None])  # (B, T, H)
@@ -491,6 +498,26 @@ def train_translator(model: nn.Module, data: TranslationData, *, epochs: int | N
                updates=updates, seconds=seconds, clip=clip, precision=precision,
                schedule=None if warmup_steps is None else warmup_cosine(warmup_steps),
                validate=validate, eval_every=eval_every, log_every=log_every)
+
+
+@torch.no_grad()
+def attention_entropy(model: nn.Module, pairs, batch_size: int = 200) -> dict:
+    """How spread out a translator's attention is, teacher-forced on `pairs`: the entropy
+    H = -sum_i alpha_ti log alpha_ti of every target step's weights over the real source
+    pieces, averaged over the real target steps, in nats and as a share of log S (1 = uniform
+    over the sentence, 0 = all weight on one piece). Returns {"nats", "share_of_uniform"}."""
+    model.eval()
+    nats, share, count = 0.0, 0.0, 0
+    for batch in make_loader(pairs, batch_size, shuffle=False):
+        batch = batch.to(model_device(model))
+        _, w = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)  # (B, T, S)
+        h = -(w * w.clamp_min(1e-12).log()).sum(-1)  # (B, T)
+        log_s = batch.src_mask.sum(1, keepdim=True).float().log().clamp_min(1e-12)  # (B, 1)
+        real = batch.tgt_out != PAD_ID  # (B, T)
+        nats += float(h[real].sum())
+        share += float((h / log_s)[real].sum())
+        count += int(real.sum())
+    return {"nats": nats / count, "share_of_uniform": share / count}
 
 
 # ---------------------------------------------------------------------------- evaluation

@@ -170,29 +170,32 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
 
 
 def recall_sweep(variants: dict, distances: list[int], seeds: list[int], lrs: list[float],
-                 steps: int, device: str | torch.device | None = None, **kw) -> dict:
+                 steps: int, device: str | torch.device | None = None,
+                 grid_distances: list[int] | None = None, **kw) -> dict:
     """Each variant at its own learning rate, chosen on validation, then over several seeds.
 
     `variants` maps a name to (cell, forget_bias). For each variant, every rate in `lrs` is
-    trained with the first seed at every distance; the rate with the best mean *validation*
-    accuracy over the distances is kept, and the other seeds train at that rate only. Returns
+    trained with the first seed at the `grid_distances` (default: all `distances`); the rate
+    with the best mean *validation* accuracy over them is kept, and every seed trains at that
+    rate at every distance (the first seed's grid runs are reused). Returns
     {"lr": {name: chosen rate}, "grid": {(name, lr): mean validation accuracy},
     "runs": {(name, distance): [one `train_recall` result per seed]}}; report "test_acc" and
     "solved" of the runs (the held-out set took no part in any choice).
     """
-    first, rest = seeds[0], seeds[1:]
+    grid_distances = grid_distances or distances
     grid, chosen, runs = {}, {}, {}
     for name, (cell, forget_bias) in variants.items():
-        first_runs = {(lr, T): train_recall(cell, T, steps=steps, lr=lr, seed=first, device=device,
-                                            forget_bias=forget_bias, **kw)
-                      for lr in lrs for T in distances}
+        def train(T, lr, seed, cell=cell, forget_bias=forget_bias):
+            return train_recall(cell, T, steps=steps, lr=lr, seed=seed, device=device,
+                                forget_bias=forget_bias, **kw)
+
+        tried = {(lr, T): train(T, lr, seeds[0]) for lr in lrs for T in grid_distances}
         for lr in lrs:
-            grid[name, lr] = sum(first_runs[lr, T]["val_acc"] for T in distances) / len(distances)
+            grid[name, lr] = sum(tried[lr, T]["val_acc"] for T in grid_distances) / len(grid_distances)
         chosen[name] = max(lrs, key=lambda lr, name=name: grid[name, lr])
         for T in distances:
-            runs[name, T] = [first_runs[chosen[name], T]] + [
-                train_recall(cell, T, steps=steps, lr=chosen[name], seed=s, device=device,
-                             forget_bias=forget_bias, **kw) for s in rest]
+            runs[name, T] = [tried.get((chosen[name], T)) if s == seeds[0] else None for s in seeds]
+            runs[name, T] = [r or train(T, chosen[name], s) for r, s in zip(runs[name, T], seeds)]
     return {"lr": chosen, "grid": grid, "runs": runs}
 
 
