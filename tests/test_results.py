@@ -56,12 +56,7 @@ PRINTED = re.compile(rf"(?<![\w.])(?:{NUMBER})")
 # Result keys whose value no output of their notebook prints today (derived by arithmetic
 # after the last print). The lead's next full run of the notebook prints them; then the entry
 # must go (the test fails on an entry that is printed or no longer recorded).
-NOT_PRINTED = {
-    "05_lstm_and_gru": {  # the recall sweep prints each seed's accuracy, not their mean
-        "recall_acc_rnn_d80", "recall_acc_gru_torch_init_d80", "recall_acc_rnn_d160",
-        "recall_acc_lstm_d160", "recall_acc_gru_d160",
-    },
-}
+NOT_PRINTED: dict[str, set[str]] = {}
 
 
 def parse_number(token: str) -> tuple[float, float, int]:
