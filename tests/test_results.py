@@ -175,3 +175,18 @@ def test_the_runner_records_into_the_tracked_results(tmp_path, monkeypatch):
 def test_student_results_are_git_ignored():
     ignored = (results.REPO_ROOT / ".gitignore").read_text().splitlines()
     assert f"{results.LOCAL_DIR.relative_to(results.REPO_ROOT)}/" in ignored
+
+
+def test_marked_sections_are_read_and_replaced_between_their_markers(tmp_path):
+    """The README tables (results, data files) are rewritten between their markers only."""
+    from utils.settings import marked_section, replace_marked_section
+
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- a -->\nold\n<!-- b -->\nafter\n")
+    assert marked_section(readme, "<!-- a -->", "<!-- b -->") == "old"
+    replace_marked_section(readme, "<!-- a -->", "<!-- b -->", "new | table")
+    assert readme.read_text() == "intro\n<!-- a -->\nnew | table\n<!-- b -->\nafter\n"
+    readme.write_text("no markers here\n")
+    with pytest.raises(ValueError, match="lacks the markers"):
+        replace_marked_section(readme, "<!-- a -->", "<!-- b -->", "x")
+    assert readme.read_text() == "no markers here\n"

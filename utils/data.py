@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.settings import marked_section, replace_marked_section
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -336,15 +338,11 @@ def registry_table() -> str:
 
 
 def readme_table(readme: Path = README) -> str:
-    text = readme.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
-        raise ValueError(f"{readme} lacks the markers {TABLE_START} ... {TABLE_END}")
-    return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
+    return marked_section(readme, TABLE_START, TABLE_END)
 
 
 def update_readme(readme: Path = README) -> None:
-    head, rest = readme.read_text().split(TABLE_START, 1)
-    readme.write_text(f"{head}{TABLE_START}\n{registry_table()}\n{TABLE_END}{rest.split(TABLE_END, 1)[1]}")
+    replace_marked_section(readme, TABLE_START, TABLE_END, registry_table())
 
 
 def fetch_datasets(names: list[str], root: Path | None = None, progress: bool = True) -> int:

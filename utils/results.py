@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from utils.settings import Run
+from utils.settings import Run, marked_section, replace_marked_section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "notebooks" / "results"  # tracked: the committed full runs
@@ -112,17 +112,11 @@ def render_table(results_dir: Path | None = None) -> str:
 
 
 def readme_section(readme: Path = README) -> str:
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme} lacks the markers {START} ... {END}")
-    return text.split(START, 1)[1].split(END, 1)[0].strip()
+    return marked_section(readme, START, END)
 
 
 def update_readme(readme: Path = README) -> None:
-    text = readme.read_text()
-    head, rest = text.split(START, 1)
-    tail = rest.split(END, 1)[1]
-    readme.write_text(f"{head}{START}\n{render_table()}\n{END}{tail}")
+    replace_marked_section(readme, START, END, render_table())
 
 
 def main(argv: list[str]) -> int:

@@ -97,6 +97,21 @@ def precision_note(device: torch.device) -> str:
     return "float32"
 
 
+def marked_section(path, start: str, end: str) -> str:
+    """The text of file `path` between the marker lines `start` and `end` (a generated README table)."""
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{path} lacks the markers {start} ... {end}")
+    return text.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def replace_marked_section(path, start: str, end: str, body: str) -> None:
+    """Write `body` between the marker lines `start` and `end` of file `path`, keeping the rest."""
+    marked_section(path, start, end)  # refuses a file without both markers
+    head, rest = path.read_text().split(start, 1)
+    path.write_text(f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}")
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (all devices) so a run can be repeated."""
     random.seed(seed)
