@@ -87,3 +87,22 @@ def test_recall_sweep_chooses_each_rate_on_validation_and_scores_a_fixed_held_ou
         runs = out["runs"][name, 3]
         assert len(runs) == 2 and all(r["solved"] == (r["test_acc"] >= SOLVED_ACC) for r in runs)
     assert solved_summary([{"solved": True, "test_acc": 1.0}, {"solved": False, "test_acc": 0.5}]) == "1/2 (0.75)"
+
+
+def test_recall_sweep_reuses_the_first_seeds_grid_runs_and_trains_the_rest(monkeypatch):
+    """Seed 0's rate-grid run at a grid distance is reused, not trained twice; a distance
+    outside the grid and every other seed train at the chosen rate."""
+    import utils.tasks as tasks
+
+    calls = []
+
+    def fake(cell, T, steps, lr, seed, device, forget_bias, **kw):
+        calls.append((T, lr, seed))
+        return {"val_acc": lr, "test_acc": 1.0, "solved": True}
+
+    monkeypatch.setattr(tasks, "train_recall", fake)
+    out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3, 6], seeds=[0, 1], lrs=[1e-3, 1e-2],
+                             steps=1, grid_distances=[3])
+    assert out["lr"]["rnn"] == 1e-2
+    assert sorted(calls) == sorted([(3, 1e-3, 0), (3, 1e-2, 0),  # the grid, seed 0
+                                    (3, 1e-2, 1), (6, 1e-2, 0), (6, 1e-2, 1)])

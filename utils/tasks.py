@@ -194,8 +194,8 @@ def recall_sweep(variants: dict, distances: list[int], seeds: list[int], lrs: li
             grid[name, lr] = sum(tried[lr, T]["val_acc"] for T in grid_distances) / len(grid_distances)
         chosen[name] = max(lrs, key=lambda lr, name=name: grid[name, lr])
         for T in distances:
-            runs[name, T] = [tried.get((chosen[name], T)) if s == seeds[0] else None for s in seeds]
-            runs[name, T] = [r or train(T, chosen[name], s) for r, s in zip(runs[name, T], seeds)]
+            runs[name, T] = [tried[chosen[name], T] if s == seeds[0] and T in grid_distances
+                             else train(T, chosen[name], s) for s in seeds]
     return {"lr": chosen, "grid": grid, "runs": runs}
 
 
