@@ -1,5 +1,7 @@
 """Tests of utils.seq2seq: the translation pipeline and the recurrent encoder-decoders."""
 
+import math
+
 import pytest
 import torch
 
@@ -8,15 +10,20 @@ from utils.seq2seq import (
     DECODERS,
     EOS_ID,
     PAD_ID,
+    PIECE_CLASSES,
     SOS_ID,
     EncoderDecoder,
     Seq2SeqConfig,
     TranslationCollate,
     bleu_scores,
+    cross_attention_stats,
+    head_sums,
     ids_to_text,
+    is_punctuation,
     load_translation_data,
     make_loader,
     make_step,
+    piece_classes,
     reverse_padded,
     train_subword_tokenizer,
 )
@@ -49,7 +56,7 @@ def test_vocabulary_comes_from_the_training_split_only(monkeypatch):
     monkeypatch.setattr("utils.seq2seq.load_multi30k",
                         lambda split, src, tgt, limit=None: fake[split])
     data = load_translation_data(vocab_size=60)
-    vocab = data.tgt_tok._tok.get_vocab()
+    vocab = data.tgt_tok.vocab()
     assert "▁dog" in vocab and not any("q" in piece for piece in vocab)  # "quokka" unseen
     assert data.sizes() == {"train": 3, "val": 1, "test": 1}
     assert set(data.ids) == {"train", "val", "test"}
@@ -184,3 +191,46 @@ def test_attention_entropy_is_between_a_point_and_uniform():
     pairs = [([5, 6, 7, 8], [9, 10, 11]), ([5, 7], [12, 13, 14, 15])]
     out = attention_entropy(model, pairs)
     assert 0 < out["nats"] and 0 < out["share_of_uniform"] <= 1 + 1e-6
+
+
+def test_is_punctuation_drops_the_word_marker():
+    assert all(is_punctuation(p) for p in (".", ",", "-", "'", "▁(", "▁\""))
+    assert not any(is_punctuation(p) for p in ("▁in", "s", "▁", "▁3", "▁Frisbee"))
+
+
+def test_piece_classes_punctuation_frequent_content():
+    tok = train_subword_tokenizer(TEXTS, vocab_size=80)
+    pairs = [([], tok.encode(t)) for t in ("A man rides a bike.", "A man reads.", "A dog.")]
+    classes = piece_classes(tok, pairs, k=2)  # the two most frequent target pieces: "▁A" and "."
+    cls = {tok.id_to_token(i): PIECE_CLASSES[c] for i, c in enumerate(classes.tolist()) if c >= 0}
+    assert cls["."] == cls[","] == "punctuation"  # "." is frequent too: punctuation comes first
+    assert cls["▁A"] == "frequent" and cls["▁man"] == cls["▁dog"] == "content"
+    assert classes[:4].tolist() == [-1] * 4  # specials
+
+
+def test_head_sums_on_hand_made_weights():
+    batch = TranslationCollate()([([5, 6, 7], [6, 9])])  # tgt_out = 6, 9, <eos>: 6 is in the source once
+    W = torch.zeros(1, 1, 2, 3, 3)  # (L, B, nh, T, S)
+    W[..., 0, :, 1] = 1.0  # head 1 looks at source position 1 (the "6") on every row
+    W[..., 1, :, :] = 1 / 3  # head 2 is uniform
+    classes = torch.full((20,), 2)
+    out = head_sums(W, batch, classes)
+    assert out["points"].tolist() == [0, 0, 1] and out["rows"] == 3
+    assert torch.allclose(out["copy"][2, 0], torch.tensor([1.0, 1 / 3]))
+    assert torch.allclose(out["last"][0], torch.tensor([0.0, 1.0]))  # summed over the 3 rows
+    assert torch.allclose(out["entropy"][0], torch.tensor([0.0, 3 * math.log(3)]), atol=1e-5)
+
+
+def test_cross_attention_stats_shapes_and_ranges():
+    from utils.transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab=20, tgt_vocab=20, d_model=16, n_heads=2, d_ff=32,
+                                          n_enc_layers=1, n_dec_layers=2, dropout=0.0))
+    pairs = [([5, 6, 7, 8], [6, 9, 8]), ([5, 7], [12, 7, 14, 15]), ([8, 6, 5], [9, 5])]
+    classes = torch.tensor([-1] * 4 + [0, 1] + [2] * 14)  # piece 5 "frequent", 6.. "content"
+    stats = cross_attention_stats(model, pairs, classes, batch_size=2)
+    assert stats["copy"].shape == (3, 2, 2) and stats["last"].shape == stats["entropy"].shape == (2, 2)
+    assert stats["points"].tolist() == [0, 1, 3] and stats["rows"] == 4 + 5 + 3  # 5 | 6, 8, 7
+    assert ((stats["copy"] >= 0) & (stats["copy"] <= 1)).all()
+    assert (stats["entropy"] <= math.log(4) + 1e-5).all()  # at most uniform over 4 source pieces

@@ -54,6 +54,16 @@ def test_bpe_roundtrip_and_unknown_characters(tmp_path):
     assert BPETokenizer.load(tmp_path / "bpe.json").encode("the mat") == bpe.encode("the mat")
 
 
+def test_bpe_id_to_token_and_vocab_name_every_piece():
+    bpe = BPETokenizer.train(["the cat sat on the mat"] * 20, vocab_size=40, min_frequency=1)
+    ids = bpe.encode("the mat")
+    assert [bpe.id_to_token(i) for i in ids] == bpe.tokenize("the mat")
+    assert [bpe.id_to_token(i) for i in range(4)] == ["<pad>", "<unk>", "<sos>", "<eos>"]
+    assert {bpe.vocab()[bpe.id_to_token(i)] for i in range(bpe.vocab_size)} == set(range(bpe.vocab_size))
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        bpe.id_to_token(bpe.vocab_size)
+
+
 def test_pad_collate_pads_masks_and_truncates():
     batch = PadCollate(pad_id=0)([([5, 6, 7], 1), ([8], 0)])
     assert batch.tokens.tolist() == [[5, 6, 7], [8, 0, 0]]

@@ -8,7 +8,9 @@ Pipeline (notebooks 07 and 09 use it unchanged):
 - `make_loader` batches sentence pairs of similar length (bucketing) into `TranslationBatch`es
   with padding masks;
 - `evaluate_translation` decodes a split (greedy or beam) and reports BLEU (the course's
-  `utils.metrics.corpus_bleu`, headline and lowercased variants) and perplexity.
+  `utils.metrics.corpus_bleu`, headline and lowercased variants) and perplexity;
+- `piece_classes` and `cross_attention_stats` measure what a Transformer's cross-attention
+  heads do on known alignment points (notebook 09).
 
 Models: an `Encoder` (GRU, optionally bidirectional) and four decoders, all behind one
 `EncoderDecoder` that any "translator" in the course imitates:
@@ -28,7 +30,9 @@ Shapes: B batch, S source length, T target length, E embedding, H hidden, V voca
 
 from __future__ import annotations
 
+import collections
 import random
+import unicodedata
 from dataclasses import dataclass, field
 
 import torch
@@ -122,7 +126,7 @@ def ids_to_text(ids, tok: BPETokenizer) -> str:
 
 def ids_to_pieces(ids, tok: BPETokenizer) -> list[str]:
     """The subword pieces of ids (for plot labels), "▁" marking the start of a word."""
-    return [tok._tok.id_to_token(int(i)) for i in ids]
+    return [tok.id_to_token(i) for i in ids]
 
 
 # ---------------------------------------------------------------------------- batching
@@ -590,3 +594,73 @@ def split_perplexity(model: nn.Module, pairs, batch_size: int = 200,
     mean_nll = evaluate(model, loader, make_step(), precision)["loss"]  # token-weighted mean
     return perplexity(mean_nll, 1)
 
+
+
+# ---------------------------------------------------------------------------- reading cross-attention
+PIECE_CLASSES = ("punctuation", "frequent", "content")
+
+
+def is_punctuation(piece: str) -> bool:
+    """True for a piece made only of punctuation or symbol characters once the word marker "▁"
+    is dropped: ".", ",", "-", "'", "▁(" (Unicode categories P* and S*)."""
+    text = piece.replace("▁", "")
+    return bool(text) and all(unicodedata.category(c)[0] in "PS" for c in text)
+
+
+def piece_classes(tok: BPETokenizer, pairs, k: int = 50) -> Tensor:
+    """(V,) long: every piece id's class, an index into PIECE_CLASSES (-1 for the specials).
+
+    0 punctuation (`is_punctuation`); 1 frequent: otherwise one of the `k` most frequent target
+    pieces of `pairs` (pass the TRAINING split: "▁a", "▁in", "s", ...); 2 content: the rest
+    (names, numbers, rarer words and their pieces).
+    """
+    counts = collections.Counter(i for _, tgt in pairs for i in tgt)
+    classes = torch.full((tok.vocab_size,), 2, dtype=torch.long)  # (V,)
+    classes[[i for i, _ in counts.most_common(k)]] = 1
+    classes[[i for i in range(tok.vocab_size) if is_punctuation(tok.id_to_token(i))]] = 0
+    classes[: len(SPECIALS)] = -1
+    return classes
+
+
+def head_sums(W: Tensor, batch: TranslationBatch, classes: Tensor) -> dict:
+    """Sums behind `cross_attention_stats` for one batch: W (L, B, nh, T, S) cross-attention
+    weights teacher-forced on `batch`, classes (V,) -> {"copy": (C, L, nh), "points": (C,),
+    "last": (L, nh), "entropy": (L, nh), "rows": int}, all on W's device."""
+    C = len(PIECE_CLASSES)
+    real = batch.tgt_out != PAD_ID  # (B, T)
+    last = F.one_hot(batch.src_mask.sum(1) - 1, batch.src.shape[1]).to(W.dtype)  # (B, S)
+    same = (batch.tgt_out[:, :, None] == batch.src[:, None, :]) & batch.src_mask[:, None, :]  # (B, T, S)
+    point = (same.sum(-1) == 1) & (batch.tgt_out >= len(SPECIALS))  # (B, T): an alignment point
+    cls = F.one_hot(classes[batch.tgt_out].clamp_min(0), C).to(W.dtype) * point[..., None]  # (B, T, C)
+    on_copy = (W * same[None, :, None]).sum(-1)  # (L, B, nh, T): weight on the copied piece
+    on_last = (W * last[None, :, None, None]).sum(-1)  # (L, B, nh, T)
+    entropy = -(W.clamp_min(1e-9).log() * W).sum(-1)  # (L, B, nh, T), nats
+    per_row = lambda v: (v * real[None, :, None]).sum((1, 3))  # noqa: E731  (L, nh)
+    return {"copy": torch.einsum("lbht,btc->clh", on_copy, cls), "points": cls.sum((0, 1)),
+            "last": per_row(on_last), "entropy": per_row(entropy), "rows": int(real.sum())}
+
+
+@torch.no_grad()
+def cross_attention_stats(model: nn.Module, pairs, classes: Tensor, batch_size: int = 100) -> dict:
+    """How each cross-attention head spends its weight, teacher-forced on the targets of `pairs`.
+
+    model: a `utils.transformer.Transformer` (its `decode` returns the maps). An ALIGNMENT POINT
+    is a target position whose piece tgt_out_t (not a special) occurs exactly once in its
+    source: with a shared vocabulary the source position it comes from is known. Returns, on
+    the CPU, {"copy": (C, L, nh) mean weight on that source piece over the points of each class
+    of `classes` (see `piece_classes`), "points": (C,) points per class, "last": (L, nh) mean
+    weight on the last source piece and "entropy": (L, nh) mean entropy (nats), both over all
+    real target positions, "rows": their number}.
+    """
+    model.eval()
+    device, total = model_device(model), {}
+    for i in range(0, len(pairs), batch_size):
+        bt = TranslationCollate()(pairs[i: i + batch_size]).to(device)
+        memory = model.encode(bt.src, bt.src_mask)[0]  # (B, S, E)
+        maps = model.decode(bt.tgt_in, memory, bt.src_mask, need_weights=True)[1]["cross"]
+        sums = head_sums(torch.stack(maps).float(), bt, classes.to(device))  # W (L, B, nh, T, S)
+        total = {k: total.get(k, 0) + (v.cpu() if torch.is_tensor(v) else v) for k, v in sums.items()}
+    points = total["points"]
+    return {"copy": total["copy"] / points.clamp_min(1)[:, None, None], "points": points.long(),
+            "last": total["last"] / total["rows"], "entropy": total["entropy"] / total["rows"],
+            "rows": total["rows"]}

@@ -125,6 +125,17 @@ class BPETokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids))
 
+    def id_to_token(self, i: int) -> str:
+        """The piece with id `i` as the vocabulary stores it (continuation or word markers kept)."""
+        piece = self._tok.id_to_token(int(i))
+        if piece is None:
+            raise IndexError(f"token id {i} is outside the vocabulary of {self.vocab_size} pieces")
+        return piece
+
+    def vocab(self) -> dict[str, int]:
+        """piece -> id for the whole vocabulary, specials included."""
+        return self._tok.get_vocab()
+
     def save(self, path: str | Path) -> None:
         self._tok.save(str(path))
 

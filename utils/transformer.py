@@ -486,8 +486,12 @@ class TransformerConfig:
                              activation=self.activation, eps=self.eps, sdpa=self.sdpa)
 
 
-class _Embed(nn.Module):
-    """Token embedding times sqrt(E) (the paper's scaling), plus sinusoidal positions, dropout."""
+class ScaledEmbedding(nn.Module):
+    """Token embedding times sqrt(E) (the paper's scaling), plus positions, then dropout.
+
+    ids (B, T) at positions start, start + 1, ... -> (B, T, E). The table may be shared with
+    another `ScaledEmbedding` and with the output layer (see `_TranslatorInterface.build`).
+    """
 
     def __init__(self, table: nn.Embedding, positions: nn.Module, dropout: float) -> None:
         super().__init__()
@@ -510,8 +514,8 @@ class _TranslatorInterface(nn.Module):
         src_table = nn.Embedding(cfg.src_vocab, E)
         tgt_table = src_table if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, E)
         positions = SinusoidalPositions(E, cfg.max_len)
-        self.src_embed = _Embed(src_table, positions, cfg.dropout)
-        self.tgt_embed = _Embed(tgt_table, positions, cfg.dropout)
+        self.src_embed = ScaledEmbedding(src_table, positions, cfg.dropout)
+        self.tgt_embed = ScaledEmbedding(tgt_table, positions, cfg.dropout)
         make_stacks(cfg)
         self.out = nn.Linear(E, cfg.tgt_vocab, bias=False)  # (E -> V)
         for p in self.parameters():
