@@ -7,9 +7,12 @@ from utils.bert import (
     BertConfig,
     BertEncoder,
     BertMLM,
+    evaluate_mlm,
     hf_name_map,
     load_state_dict_hf,
     mask_tokens,
+    mlm_predict,
+    train_mlm,
 )
 
 SMALL = BertConfig(vocab_size=40, max_len=16, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0)
@@ -96,6 +99,31 @@ def test_mlm_model_shapes_and_tied_head():
     assert model.head.tok.weight is model.bert.embed.tok.weight
     _, maps = model.bert(ids, need_weights=True)
     assert len(maps) == 2 and maps[0].shape == (2, 2, 7, 7)
+
+
+def test_evaluate_mlm_scores_every_window_with_the_same_blanks():
+    torch.manual_seed(0)
+    model = BertMLM(SMALL).eval()
+    ids = torch.randint(0, 39, (100,))  # 6 windows of 16; the last 4 tokens are left out
+    inputs, labels, logits = mlm_predict(model, ids, mask_id=39, block=16, p=0.3, seed=1)
+    assert inputs.shape == labels.shape == (6, 16) and logits.shape == (6, 16, 40)
+    chosen = labels != -100
+    assert torch.equal(labels[chosen], ids[:96].view(6, 16)[chosen])
+    with torch.no_grad():
+        direct = torch.nn.functional.cross_entropy(model(inputs)[chosen], labels[chosen]).item()
+    out = evaluate_mlm(model, ids, mask_id=39, block=16, p=0.3, seed=1)
+    assert out["loss"] == pytest.approx(direct, abs=1e-5) and 0 <= out["acc"] <= 1
+    assert evaluate_mlm(model, ids, mask_id=39, block=16, p=0.3, seed=1) == out  # the same blanks
+
+
+def test_train_mlm_learns_frequencies_and_logs_validation():
+    torch.manual_seed(0)
+    model = BertMLM(SMALL)
+    ids = torch.tensor([5] * 300 + [7] * 20)  # a blank is almost always a 5
+    log = train_mlm(model, ids, updates=20, block=16, batch_size=8, mask_id=39, p=0.3, lr=1e-2,
+                    warmup_steps=2, val_ids=ids[:96], eval_every=10)
+    assert log["eval_update"] == [10, 20] and len(log["val_acc"]) == 2
+    assert log["val_acc"][-1] == 1.0 and log["val_loss"][-1] < 1.0 < 3.0 < log["loss"][0]  # ln 40 = 3.7
 
 
 def test_meta_device_forward():

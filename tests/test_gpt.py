@@ -150,6 +150,31 @@ def test_random_windows_are_shifted_and_evaluate_covers_the_split():
         model(torch.zeros(1, 17, dtype=torch.long))
 
 
+def test_evaluate_lm_window_restarts_the_context_every_window_tokens():
+    model = tiny()
+    data = torch.randint(0, 11, (40,))
+    assert evaluate_lm(model, data, window=16) == pytest.approx(evaluate_lm(model, data), abs=1e-7)
+    chunks = [(data[s:s + 5], data[s + 1:s + 6]) for s in range(0, 39, 5)]  # 8 windows of 5, 39 targets
+    with torch.no_grad():
+        total = sum(torch.nn.functional.cross_entropy(model(x[None, :len(t)])[0], t, reduction="sum")
+                    for x, t in chunks)
+    assert evaluate_lm(model, data, window=5) == pytest.approx(total.item() / 39, abs=1e-5)
+    with pytest.raises(ValueError, match="window"):
+        evaluate_lm(model, data, window=17)
+
+
+def test_train_lm_schedule_updates_runs_the_start_of_a_longer_plan():
+    """A run stopped at 10 updates of a 20-update plan follows the 20-update run exactly."""
+    ids = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(0))
+    long = train_lm(tiny(), ids, updates=20, batch_size=4, warmup_steps=3)
+    short = train_lm(tiny(), ids, updates=10, batch_size=4, warmup_steps=3, schedule_updates=20)
+    assert short["lr"] == pytest.approx(long["lr"][:10]) and short["loss"] == pytest.approx(long["loss"][:10])
+    own = train_lm(tiny(), ids, updates=10, batch_size=4, warmup_steps=3)
+    assert own["lr"][-1] < short["lr"][-1]  # its own cosine has decayed further
+    with pytest.raises(ValueError, match="schedule_updates"):
+        train_lm(tiny(), ids, updates=10, schedule_updates=5)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_train_lm_overfits_a_repeating_pattern(precision):
     model = tiny()

@@ -249,14 +249,46 @@ def mlm_loss(model: BertMLM, ids: Tensor, mask_id: int, p: float = 0.15,
     return loss, logits, labels
 
 
+@torch.no_grad()
+def mlm_predict(model: BertMLM, ids: Tensor, mask_id: int, block: int = 128, p: float = 0.15,
+                seed: int = 0, batch_size: int = 64) -> tuple[Tensor, Tensor, Tensor]:
+    """Mask a whole split `ids` (N,) in consecutive windows of `block` tokens with `mask_tokens`
+    (a fixed `seed`: the same blanks at every call) and predict them.
+
+    -> inputs (n, block), labels (n, block) (-100 where nothing is predicted), logits
+    (n, block, V), all on the model's device; the last N mod block tokens are left out.
+    """
+    model.eval()
+    device, n = next(model.parameters()).device, len(ids) // block
+    windows = ids[: n * block].view(n, block)  # (n, T)
+    inputs, labels = mask_tokens(windows, mask_id, model.cfg.vocab_size, p,
+                                 generator=torch.Generator().manual_seed(seed))  # (n, T), (n, T)
+    inputs, labels = inputs.to(device), labels.to(device)
+    logits = torch.cat([model(inputs[i:i + batch_size]).float()
+                        for i in range(0, n, batch_size)])  # (n, T, V)
+    return inputs, labels, logits
+
+
+def evaluate_mlm(model: BertMLM, ids: Tensor, mask_id: int, block: int = 128, p: float = 0.15,
+                 seed: int = 0) -> dict[str, float]:
+    """Masked-LM loss (nats) and accuracy at the chosen positions of a whole split (`mlm_predict`)."""
+    _, labels, logits = mlm_predict(model, ids, mask_id, block, p, seed)
+    chosen = labels != -100  # (n, T)
+    loss = nn.functional.cross_entropy(logits[chosen], labels[chosen])
+    return {"loss": loss.item(), "acc": (logits[chosen].argmax(-1) == labels[chosen]).float().mean().item()}
+
+
 def train_mlm(model: BertMLM, ids: Tensor, *, updates: int | None = None, seconds: float | None = None,
               block: int = 128, batch_size: int = 32, mask_id: int = 0, p: float = 0.15,
               lr: float = 2e-3, warmup_steps: int = 100, min_lr_ratio: float = 0.1,
               weight_decay: float = 0.1, clip: float = 1.0, precision: str = "fp32", seed: int = 0,
+              val_ids: Tensor | None = None, eval_every: int | None = None,
               log_every: int | None = None) -> dict:
     """Masked-LM pre-training on random windows of the token stream `ids` (N,), through
     `utils.train.fit` with the GPT's recipe (`utils.gpt.train_lm`: AdamW, warm-up + cosine,
-    clipping). One generator draws the windows and the masks, so a seed fixes both."""
+    clipping). One generator draws the windows and the masks, so a seed fixes both. With
+    `val_ids` the whole split is scored (`evaluate_mlm`, the same blanks each time) every
+    `eval_every` updates and at the end: "val_loss", "val_acc" in the log."""
     from utils.gpt import adamw, random_batches
 
     g = torch.Generator().manual_seed(seed)
@@ -266,6 +298,8 @@ def train_mlm(model: BertMLM, ids: Tensor, *, updates: int | None = None, second
         loss, _, labels = mlm_loss(m, x, mask_id, p, g)
         return {"loss": loss, "n": int((labels != -100).sum())}
 
+    validate = None if val_ids is None else (lambda m: evaluate_mlm(m, val_ids, mask_id, block, p))
     return fit(model, random_batches(ids, block, batch_size, g), step, adamw(model, lr, weight_decay),
                updates=updates, seconds=seconds, schedule=warmup_cosine(warmup_steps, min_lr_ratio),
-               clip=clip, precision=precision, log_every=log_every)
+               clip=clip, precision=precision, validate=validate, eval_every=eval_every,
+               log_every=log_every)

@@ -247,11 +247,16 @@ def lm_step(model: nn.Module, batch) -> dict:
 
 
 @torch.no_grad()
-def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, precision: str = "fp32") -> float:
+def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, precision: str = "fp32",
+                window: int | None = None) -> float:
     """Mean next-token loss (nats) over a whole split `ids` (N,): every token after the first
-    is predicted exactly once, in consecutive windows of block_size (context restarts at each)."""
+    is predicted exactly once, in consecutive windows of `window` tokens (default block_size);
+    the context restarts at each window, so a shorter window scores the same model with less
+    context (e.g. 100, the windows the course's RNNs are scored on)."""
+    T, device = window or model.cfg.block_size, model_device(model)
+    if not 0 < T <= model.cfg.block_size:
+        raise ValueError(f"window must be in 1..block_size={model.cfg.block_size}, got {window}")
     model.eval()
-    T, device = model.cfg.block_size, model_device(model)
     x_all, y_all = ids[:-1], ids[1:]  # (N - 1,)
     total, count = 0.0, 0
     starts = list(range(0, len(x_all), T))
@@ -272,18 +277,26 @@ def train_lm(model: GPT, train_ids: Tensor, *, updates: int | None = None, secon
              batch_size: int = 32, lr: float = 2e-3, warmup_steps: int = 100, min_lr_ratio: float = 0.1,
              weight_decay: float = 0.1, clip: float = 1.0, precision: str = "fp32", seed: int = 0,
              val_ids: Tensor | None = None, eval_every: int | None = None, keep_best: bool = False,
-             log_every: int | None = None) -> dict:
+             schedule_updates: int | None = None, log_every: int | None = None) -> dict:
     """Train a language model on random windows of `train_ids` (N,) through `utils.train.fit`.
 
     nanoGPT's recipe: AdamW with weight decay on matrices only, a linear warm-up and a cosine to
     `min_lr_ratio` over the budget, gradients clipped to norm `clip`. With `val_ids` the whole
     split is scored every `eval_every` updates and at the end (`keep_best`: the best weights are
-    restored, since a long run can overfit). Returns `fit`'s log ("items": tokens trained on).
+    restored, since a long run can overfit). `schedule_updates` > `updates` runs the first
+    `updates` steps of a longer run's schedule, so two runs can be compared checkpoint by
+    checkpoint at the same learning rates. Returns `fit`'s log ("items": tokens trained on).
     """
     batches = random_batches(train_ids, model.cfg.block_size, batch_size, torch.Generator().manual_seed(seed))
     validate = None if val_ids is None else (lambda m: {"loss": evaluate_lm(m, val_ids)})
+    schedule = warmup_cosine(warmup_steps, min_lr_ratio)
+    if schedule_updates is not None:  # progress measured against the longer plan, not this budget
+        if updates is None or schedule_updates < updates:
+            raise ValueError(f"schedule_updates ({schedule_updates}) needs updates=... no larger than it")
+        plan = schedule
+        schedule = lambda u, progress: plan(u, u / schedule_updates)  # noqa: E731
     return fit(model, batches, lm_step, adamw(model, lr, weight_decay), updates=updates, seconds=seconds,
-               schedule=warmup_cosine(warmup_steps, min_lr_ratio), clip=clip, precision=precision,
+               schedule=schedule, clip=clip, precision=precision,
                validate=validate, eval_every=eval_every,
                keep_best=("val_loss", "min") if keep_best else None, log_every=log_every)
 
