@@ -263,9 +263,13 @@ class SmallCNN(nn.Module):
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
                                   nn.Linear(c, n_classes))
+        self.to(memory_format=torch.channels_last)  # kernels stored (out, kh, kw, in): see forward
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.head(self.features(images))  # (B, c, h, w) -> (B, K)
+        # Same numbers in another memory layout: channels-last (B, H, W, C) storage makes the
+        # convolutions about a quarter cheaper on a CPU (and suits GPU tensor cores).
+        x = images.contiguous(memory_format=torch.channels_last)  # (B, C, H, W), stored (B, H, W, C)
+        return self.head(self.features(x))  # (B, c, h, w) -> (B, K)
 
 
 # ---------------------------------------------------------------------------- data and training
