@@ -1,5 +1,7 @@
 """Tests of utils.vit: patches, the patch embedding as a convolution, HF ViT equivalence, training."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -175,3 +177,15 @@ def test_a_seconds_cap_ends_training_and_the_final_model_is_validated():
                            eval_every=5, x_val=x, y_val=y)
     assert 0 < log["updates"] < 10**6 and 0.3 <= log["train_s"] < 1.0
     assert log["eval_update"][-1] == log["updates"] and log["epochs"] == log["updates"] * 8 / 16
+
+
+def test_small_cnn_stores_channels_last_and_computes_the_same_function():
+    torch.manual_seed(0)
+    cnn = SmallCNN((4, 8), in_channels=2, n_classes=3).eval()
+    assert cnn.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+    plain = copy.deepcopy(cnn).to(memory_format=torch.contiguous_format)  # the usual (B, C, H, W) layout
+    x = torch.randn(5, 2, 8, 8)
+    with torch.no_grad():
+        diff = (cnn(x) - plain.head(plain.features(x))).abs().max().item()
+    print(f"channels-last CNN vs the same weights in the usual layout: max |diff| = {diff:.1e}")
+    assert diff < 1e-5

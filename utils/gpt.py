@@ -309,8 +309,19 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (`decay_groups`)."""
+def adamw(model: nn.Module, lr: float, weight_decay: float, fused: bool = False) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (`decay_groups`).
+
+    `fused=True` updates each parameter in one kernel instead of about ten small ones (the same
+    rule): on a CPU that saves a few milliseconds per update for a model of many small tensors
+    (notebook 11's ViT). It needs a torch and a device with the fused kernel (CUDA; CPU from
+    torch 2.4); elsewhere the usual implementation runs.
+    """
+    if fused:
+        try:
+            return torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99), fused=True)
+        except RuntimeError:  # no fused kernel for this device in this torch version
+            pass
     return torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
 
 

@@ -263,9 +263,13 @@ class SmallCNN(nn.Module):
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
                                   nn.Linear(c, n_classes))
+        self.to(memory_format=torch.channels_last)  # kernels stored (out, kh, kw, in): see forward
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.head(self.features(images))  # (B, c, h, w) -> (B, K)
+        # Same numbers in another memory layout: channels-last (B, H, W, C) storage makes the
+        # convolutions about a quarter cheaper on a CPU (and suits GPU tensor cores).
+        x = images.contiguous(memory_format=torch.channels_last)  # (B, C, H, W), stored (B, H, W, C)
+        return self.head(self.features(x))  # (B, c, h, w) -> (B, K)
 
 
 # ---------------------------------------------------------------------------- data and training
@@ -331,14 +335,15 @@ def train_classifier(model: nn.Module, x: Tensor, y: Tensor, updates: int, batch
     """The recipe the ViT and the CNN share, through `utils.train.fit`: AdamW on shuffled
     batches (epoch after epoch), linear warm-up then cosine decay to 0 over `updates`
     (`utils.schedules.WarmupCosine`), gradients clipped at 1, and augmentation: shifts of up to
-    `pad` pixels and horizontal flips (`augment`; pad=0: none).
+    `pad` pixels and horizontal flips (`augment`; pad=0: none). AdamW runs fused where the
+    device has the kernel (`utils.gpt.adamw`).
 
     x (N, C, H, W), y (N,). `seconds` caps the training time (a safety net: the cosine follows
     the updates). Every `eval_every` updates and at the end, the accuracy on (x_val, y_val) is
     logged as "val_acc". Returns `fit`'s log, with "epochs" = passes over the training images.
     """
     g, B = torch.Generator().manual_seed(seed), min(batch_size, len(y))
-    opt = adamw(model, lr, weight_decay)
+    opt = adamw(model, lr, weight_decay, fused=True)  # one kernel per tensor: cheaper on a CPU
 
     def step(m: nn.Module, batch) -> dict:
         xb, yb = batch  # (B, C, H, W), (B,)
