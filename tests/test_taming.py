@@ -80,7 +80,7 @@ def test_run_char_gpt_overfits_a_repeated_string_and_radam_runs():
     ids = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9] * 30)
     out = run_char_gpt(GPTConfig(**TINY, norm_first=True), ids, ids[:50], steps=60, batch_size=8,
                        lr=1e-2)
-    assert out["val_loss"] < 1.0 and not out["diverged"]
+    assert out["val_loss"] < 1.0 and not out["failed"] and not out["nonfinite"]
     out = run_char_gpt(GPTConfig(**TINY, block="rezero"), ids, ids[:50], steps=3, batch_size=4,
                        lr=1e-3, optimizer="radam")
     assert out["updates"] == 3 and math.isfinite(out["val_loss"])
@@ -104,10 +104,20 @@ def test_xavier_init_touches_only_block_matrices_and_bad_init_is_refused():
     assert math.isfinite(out["val_loss"])
 
 
-def test_divergence_is_flagged():
+def test_a_blow_up_is_nonfinite_not_failed():
     ids = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9] * 30)
     out = run_char_gpt(GPTConfig(**TINY), ids, ids[:50], steps=2, batch_size=4, lr=1e6)
-    assert out["diverged"]
+    assert out["nonfinite"] and not out["failed"] and math.isnan(out["val_loss"])
+
+
+def test_failed_means_finite_but_above_the_threshold():
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9] * 30)
+    kw = dict(steps=2, batch_size=4, lr=1e-4)  # two tiny steps: the loss stays near ln 11 = 2.4
+    out = run_char_gpt(GPTConfig(**TINY), ids, ids[:50], fail_nats=1.0, **kw)
+    assert math.isfinite(out["val_loss"]) and out["val_loss"] > 1.0
+    assert out["failed"] and not out["nonfinite"]
+    out = run_char_gpt(GPTConfig(**TINY), ids, ids[:50], fail_nats=out["val_loss"] + 0.01, **kw)
+    assert not out["failed"] and not out["nonfinite"]  # same run, a threshold above its loss
 
 
 def test_block_and_qkv_grad_norms():
@@ -117,6 +127,11 @@ def test_block_and_qkv_grad_norms():
     norms = block_grad_norms(model, x, x)
     assert len(norms) == 3 and all(n > 0 for n in norms)
     assert all(p.grad is None for p in model.parameters())  # leaves no gradients behind
+    w2 = block_grad_norms(model, x, x, param="ffn.W_2.weight")  # one matrix per block
+    model(x, x)[1].backward()
+    expected = [float(b.ffn.W_2.weight.grad.norm()) for b in model.blocks.blocks]
+    assert w2 == pytest.approx(expected, rel=1e-6) and all(a < b for a, b in zip(w2, norms))
+    model.zero_grad(set_to_none=True)
     model(x, x)[1].backward()
     q, k, v = qkv_grad_norms(model)
     assert 0 <= q < v and 0 <= k < v  # small init: scores barely depend on W_q, W_k

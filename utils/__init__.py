@@ -22,7 +22,7 @@ Modules (each notebook imports what it needs):
 - `utils.gpt`: the decoder-only language model, equal to GPT-2 with copied weights, and its training helpers (10)
 - `utils.bert`: the BERT-style encoder that runs the real MiniLM weights, MLM masking (10)
 - `utils.vit`: the Vision Transformer (patches, class token, equal to Hugging Face's ViT with copied weights), the CNN baseline and their training recipe (11)
-- `utils.taming`: training-stability runs (same steps, divergence rule) and their diagnostics: per-block gradients, layer-norm Jacobian, RAdam's rectification (12)
+- `utils.taming`: training-stability runs (same steps; failed and non-finite runs told apart) and their diagnostics: per-block gradients, layer-norm Jacobian, RAdam's rectification (12)
 - `utils.loading`: the configuration check every weight loader (`load_from_torch`, `load_from_hf`) shares
 - `utils.show`: render a `utils` definition's source in a notebook
 - `utils.results`: headline numbers of full runs and the README results table
