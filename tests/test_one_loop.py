@@ -113,7 +113,10 @@ def test_vit_train_classifier():
     old, (x, y, xe, ye, model) = OLD["vit_train_classifier"], toy_images()
     log = train_classifier(model, x, y, 12, batch_size=8, lr=3e-3, warmup_steps=3, eval_every=5,
                            x_val=xe, y_val=ye, seed=3)
-    assert log["loss"] == old["loss"]
+    # Since notebook 11's redesign the ViT's AdamW runs fused and the CNN stores channels-last:
+    # the same arithmetic summed in another order, so the losses agree to float rounding (1e-7
+    # relative), not bit for bit. The loop itself is pinned exactly by the other cases.
+    assert log["loss"] == pytest.approx(old["loss"], rel=1e-6)
     assert log["eval_update"] == old["eval_step"] and log["val_acc"] == old["eval_acc"]
 
 
