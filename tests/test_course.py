@@ -214,6 +214,18 @@ def test_runner_reports_fast_mode_and_lets_the_kernel_record(tmp_path, monkeypat
     assert "SEQ_RECORD_RESULTS" not in os.environ, "the runner restores its own environment"
 
 
+def test_runner_names_the_slowest_cells():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("x")] + [nbformat.v4.new_code_cell("pass") for _ in range(3)]
+    for cell, (a, b) in zip(nb.cells[1:], [("00.000", "01.500"), ("02.000", "12.000"), ("13.000", "13.250")]):
+        cell.metadata["execution"] = {"iopub.execute_input": f"2026-11-25T10:00:{a}Z",
+                                      "shell.execute_reply": f"2026-11-25T10:00:{b}Z"}
+    nb.cells.append(nbformat.v4.new_code_cell("pass"))  # never run: no timing, skipped
+    assert course.slowest_cells(nb, k=2) == [(2, 10.0), (1, 1.5)]
+
+
 def test_runner_reports_full_mode(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("SEQ_FAST", raising=False)
     monkeypatch.setattr(course, "run", lambda path: 1.0)

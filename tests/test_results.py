@@ -23,6 +23,8 @@ def test_full_run_writes_json(tmp_path):
         assert key in record
     assert results.load_metrics("99_demo", results_dir=tmp_path) == {"ppl": 3.5, "n": 2}
     assert results.load_metrics("98_missing", results_dir=tmp_path) is None
+    assert results.load_results("99_demo", results_dir=tmp_path)["dataset_sizes"] == {"train": 10}
+    assert results.load_results("98_missing", results_dir=tmp_path) is None
 
 
 def test_fast_run_records_nothing(tmp_path, capsys):

@@ -243,10 +243,29 @@ def run(path: Path, timeout: int = 1800) -> float:
         )
     finally:
         _restore_env(saved)
+    slowest = slowest_cells(nb)
     for cell in nb.cells:  # keep diffs small: no per-cell timing metadata
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
+    if slowest:  # where a notebook's time goes, for whoever trims its budget next
+        print(f"{path.name}: slowest cells: " + ", ".join(f"[{i}] {s:.0f} s" for i, s in slowest), flush=True)
     return time.perf_counter() - start
+
+
+def slowest_cells(nb, k: int = 8) -> list[tuple[int, float]]:
+    """The k longest-running code cells of an executed notebook, as (index, seconds), from the
+    timing nbclient records in each cell's metadata (cells without it are skipped)."""
+    from datetime import datetime
+
+    times = []
+    for i, cell in enumerate(nb.cells):
+        ex = cell.get("metadata", {}).get("execution", {})
+        begin, end = ex.get("iopub.execute_input"), ex.get("shell.execute_reply")
+        if begin and end:
+            seconds = (datetime.fromisoformat(end.replace("Z", "+00:00"))
+                       - datetime.fromisoformat(begin.replace("Z", "+00:00"))).total_seconds()
+            times.append((i, seconds))
+    return sorted(times, key=lambda t: -t[1])[:k]
 
 
 def _restore_env(saved: dict) -> None:

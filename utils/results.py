@@ -81,10 +81,17 @@ def _target_dir() -> Path:
     return RESULTS_DIR if os.environ.get(RECORD_ENV, "").strip() == "1" else LOCAL_DIR
 
 
+def load_results(notebook: str, results_dir: Path | None = None) -> dict | None:
+    """The whole record of another notebook's last full run ("metrics", "dataset_sizes",
+    "wall_time_s", ...), or None if it has none."""
+    path = (results_dir or RESULTS_DIR) / f"{notebook}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def load_metrics(notebook: str, results_dir: Path | None = None) -> dict | None:
     """Metrics of another notebook's last full run (e.g. baselines to beat), or None if absent."""
-    path = (results_dir or RESULTS_DIR) / f"{notebook}.json"
-    return json.loads(path.read_text())["metrics"] if path.exists() else None
+    record = load_results(notebook, results_dir)
+    return None if record is None else record["metrics"]
 
 
 def _fmt(value) -> str:
