@@ -174,6 +174,12 @@ def test_colab_note_reads_the_recorded_run_time():
     assert "no recorded full run" in course.colab_note("99_missing")
 
 
+def test_confirmation_quotes_the_recorded_run_times():
+    paths = [course.resolve(NAME), course.NOTEBOOKS / "99_missing.ipynb"]  # a missing record counts 0
+    minutes = json.loads((course.RESULTS / f"{NAME}.json").read_text())["wall_time_s"] / 60
+    assert course._last_full_runs_min(paths) == pytest.approx(minutes)
+
+
 # ---------------------------------------------------------------------------- one REPO_URL
 COLAB_LINK = re.compile(r"colab\.research\.google\.com/github/([^/\s]+/[^/\s]+)/blob/([^/\s]+)/")
 GIT_CLONE = re.compile(r"git clone[^\n]*?(https://github\.com/[^\s\"']+)")

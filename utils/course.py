@@ -291,8 +291,10 @@ def resolve(name: str) -> Path:
 
 def _last_full_runs_min(paths: list[Path]) -> float:
     """Minutes the last recorded full runs of these notebooks took, from notebooks/results."""
-    records = [RESULTS / f"{p.stem}.json" for p in paths]
-    return sum(json.loads(r.read_text())["wall_time_s"] for r in records if r.exists()) / 60
+    from utils.results import load_results  # imports torch: only once a run is asked for
+
+    records = [load_results(p.stem) for p in paths]
+    return sum(r["wall_time_s"] for r in records if r is not None) / 60
 
 
 def confirm_all(paths: list[Path], mode: str) -> bool:
