@@ -27,6 +27,26 @@ def test_full_run_writes_json(tmp_path):
     assert results.load_results("98_missing", results_dir=tmp_path) is None
 
 
+def test_metrics_become_plain_numbers_in_place(tmp_path):
+    """A notebook displays its metrics after saving them: it must show 0.8473, not
+    np.float64(0.8473) (notebooks 05 and 06 once did)."""
+    import numpy as np
+    metrics = {"acc": np.float64(0.8473), "n": np.int64(3), "loss": torch.tensor(1.5), "name": "x"}
+    results.save_results(_run(True), "99_demo", metrics, results_dir=tmp_path)
+    assert metrics == {"acc": 0.8473, "n": 3, "loss": 1.5, "name": "x"}
+    assert [type(v) for v in metrics.values()] == [float, int, float, str]
+    assert "np." not in repr(metrics)
+
+
+def test_committed_outputs_show_no_numpy_scalar_reprs():
+    """What a student reads: no `np.float64(...)` in any committed output."""
+    for path in sorted((results.REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                assert not re.search(r"np\.(float|int)\d+\(", text), f"{path.name} cell {i} shows {text[:80]!r}"
+
+
 def test_fast_run_records_nothing(tmp_path, capsys):
     assert results.save_results(_run(True), "99_demo", {"x": 1}, results_dir=tmp_path) is None
     assert list(tmp_path.iterdir()) == [] and "not recorded" in capsys.readouterr().out

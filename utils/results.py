@@ -34,10 +34,14 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 MAX_SHOWN = 8  # metrics per notebook in the README; the JSON file has them all
 
 
+def _number(value):
+    """A Python float/int for a numpy scalar or one-element tensor; anything else unchanged."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def _plain(value):
     """Numbers as JSON-safe Python floats/ints (tensors and numpy scalars included)."""
-    if hasattr(value, "item"):
-        value = value.item()
+    value = _number(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
@@ -48,9 +52,13 @@ def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = No
     """Record a full run's metrics (name -> number) and dataset sizes; skipped in fast mode.
 
     Written to `results_dir` if given, else to RESULTS_DIR under the runner, else LOCAL_DIR.
+    `metrics` is turned into plain Python numbers in place (numpy scalars and tensors
+    included), so a notebook that displays it afterwards shows `0.8473`, the recorded value,
+    not `np.float64(0.8473)`.
     """
     if not re.fullmatch(r"\d\d_[a-z0-9_]+", notebook):
         raise ValueError(f"notebook must look like '01_text_preprocessing', got {notebook!r}")
+    metrics.update((k, _number(v)) for k, v in metrics.items())
     if run.fast:
         print(f"fast mode: results not recorded (a full run writes results/{notebook}.json)")
         return None
