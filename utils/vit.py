@@ -249,14 +249,19 @@ class SmallCNN(nn.Module):
 
     Convolutions see 3x3 neighbourhoods and share weights across positions: the locality and
     translation-equivariance a ViT has to learn from data. images (B, C, H, W) -> logits (B, K).
+    The very first convolution steps `stem_stride` pixels (2: 28x28 images become 14x14 maps at
+    once). That keeps every parameter and cuts the arithmetic about 4.4-fold for notebook 11's
+    widths (3.7M instead of 16.4M multiply-adds per image): a stride-1 CNN spends most of its
+    work on the full-resolution first stage. `stem_stride=1` is the plain VGG-style stack.
     """
 
     def __init__(self, widths: tuple[int, ...] = (32, 64, 128), in_channels: int = 1,
-                 n_classes: int = 10, dropout: float = 0.1) -> None:
+                 n_classes: int = 10, dropout: float = 0.1, stem_stride: int = 2) -> None:
         super().__init__()
         layers, c = [], in_channels
-        for w in widths:
-            layers += [nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+        for i, w in enumerate(widths):
+            stride = stem_stride if i == 0 else 1
+            layers += [nn.Conv2d(c, w, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                        nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                        nn.MaxPool2d(2)]
             c = w
