@@ -69,17 +69,17 @@ def test_every_results_file_belongs_to_a_notebook():
         assert path.stem in notebooks, f"{path.name} has no notebook"
 
 
-
 def test_every_committed_full_run_keeps_its_time_budget():
     """The design budget on a 2-core CPU: 15 minutes for notebooks 01-05, 30 for 06-12.
     A committed run over it means students wait longer than the course promises (11 once took 48)."""
     for path in sorted(results.RESULTS_DIR.glob("*.json")):
-        record = json.loads(path.read_text())
+        record = results.load_results(path.stem)
         if record.get("mode") != "full" or record.get("device") != "cpu":
             continue
         budget = 15 if int(path.stem[:2]) <= 5 else 30
         minutes = record["wall_time_s"] / 60
         assert minutes <= budget, f"{path.stem}: {minutes:.1f} min, over its {budget}-minute budget"
+
 
 # ---------------------------------------------------------------------------- results vs outputs
 # A number as printed: optional sign, digits (thousands commas allowed), decimals, exponent, %.
