@@ -39,6 +39,8 @@ class Browser:
         flags = [
             "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
             f"--remote-debugging-port={port}", "--remote-debugging-address=127.0.0.1",
+            # Chromium 111+ refuses DevTools websockets from an origin it was not told to allow
+            f"--remote-allow-origins=http://127.0.0.1:{port}",
             f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # the network cut off
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
