@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from utils.schedules import InverseSqrt, WarmupCosine, inverse_sqrt_factor, warmup_cosine_factor
+from utils.schedules import (
+    InverseSqrt,
+    WarmupCosine,
+    inverse_sqrt_factor,
+    start_of_longer_plan,
+    warmup_cosine,
+    warmup_cosine_factor,
+)
 
 
 def make_opt(lr=1.0):
@@ -93,3 +100,14 @@ def test_no_warmup_is_a_pure_cosine_and_inverse_sqrt_resumes():
     opt2.load_state_dict(opt.state_dict())
     sched2.load_state_dict(sched.state_dict())
     assert first + lrs(opt2, sched2, 16) == pytest.approx(full)
+
+
+def test_start_of_longer_plan_follows_the_longer_plan_and_refuses_a_longer_run():
+    plan = warmup_cosine(5)
+    short = start_of_longer_plan(plan, updates=10, schedule_updates=40)
+    for step in range(10):  # fit passes the share of the *short* run as progress; it is ignored
+        assert short(step, (step + 1) / 10) == pytest.approx(plan(step, step / 40))
+    assert short(9, 1.0) > plan(9, 1.0)  # the short run's own cosine would be at 0 by now
+    for bad in (None, 0, 41):
+        with pytest.raises(ValueError, match="schedule_updates"):
+            start_of_longer_plan(plan, updates=bad, schedule_updates=40)

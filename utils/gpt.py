@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.loading import check_same
-from utils.schedules import warmup_cosine
+from utils.schedules import start_of_longer_plan, warmup_cosine
 from utils.train import autocast, fit, model_device, to_device
 from utils.transformer import HF_ACTIVATIONS, Encoder, EncoderConfig, LayerNorm, LearnedPositions
 
@@ -291,10 +291,7 @@ def train_lm(model: GPT, train_ids: Tensor, *, updates: int | None = None, secon
     validate = None if val_ids is None else (lambda m: {"loss": evaluate_lm(m, val_ids)})
     schedule = warmup_cosine(warmup_steps, min_lr_ratio)
     if schedule_updates is not None:  # progress measured against the longer plan, not this budget
-        if updates is None or schedule_updates < updates:
-            raise ValueError(f"schedule_updates ({schedule_updates}) needs updates=... no larger than it")
-        plan = schedule
-        schedule = lambda u, progress: plan(u, u / schedule_updates)  # noqa: E731
+        schedule = start_of_longer_plan(schedule, updates, schedule_updates)
     return fit(model, batches, lm_step, adamw(model, lr, weight_decay), updates=updates, seconds=seconds,
                schedule=schedule, clip=clip, precision=precision,
                validate=validate, eval_every=eval_every,

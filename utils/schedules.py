@@ -43,6 +43,20 @@ def warmup_cosine(warmup_steps: int, min_lr_ratio: float = 0.0):
     return factor
 
 
+def start_of_longer_plan(schedule, updates: int | None, schedule_updates: int):
+    """`schedule` (as `fit` takes it) for a run of `updates` that stops early in a plan of
+    `schedule_updates`: progress is measured against the longer plan, not against the budget
+    actually run. Two runs of different lengths then take the same learning rate at every
+    update they share, and can be compared checkpoint by checkpoint (notebooks 09 and 10)."""
+    if updates is None or not 0 < updates <= schedule_updates:
+        raise ValueError(f"schedule_updates ({schedule_updates}) needs updates=... between 1 and it, "
+                         f"got updates={updates}")
+
+    def factor(step: int, progress: float) -> float:
+        return schedule(step, step / schedule_updates)
+    return factor
+
+
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
     """Multiplier at step `step` (0-based): rises linearly to 1 at step w - 1, then falls as 1/sqrt."""
     s = step + 1

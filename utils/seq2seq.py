@@ -44,7 +44,7 @@ from utils.attention import AdditiveScore, Attention, GeneralScore
 from utils.data import load_multi30k
 from utils.decoding import beam_search, greedy_decode
 from utils.metrics import BLEUResult, corpus_bleu, perplexity, token_nll
-from utils.schedules import warmup_cosine
+from utils.schedules import start_of_longer_plan, warmup_cosine
 from utils.text import SPECIALS, UNK, BPETokenizer, BucketBatchSampler
 from utils.train import autocast, evaluate, fit, model_device
 
@@ -478,11 +478,13 @@ def train_translator(model: nn.Module, data: TranslationData, *, epochs: int | N
                      teacher_forcing: float = 1.0, label_smoothing: float = 0.0,
                      precision: str = "fp32", eval_every: int | None = None, val_loss: bool = True,
                      val_bleu: bool = True, val_pairs: int | None = None, seed: int = 0,
-                     log_every: int | None = 1) -> dict:
+                     schedule_updates: int | None = None, log_every: int | None = 1) -> dict:
     """Train a translator (RNN or Transformer) on the training split through `utils.train.fit`.
 
     Adam(W) at a constant `lr`, or with `warmup_steps` a linear warm-up and a cosine over the
-    budget. Validation (after every epoch, or every `eval_every` updates, and at the end): the
+    budget; `schedule_updates` > `updates` runs only the first `updates` of a longer run's
+    schedule (the same batches and rates as that run, for a comparison at equal updates).
+    Validation (after every epoch, or every `eval_every` updates, and at the end): the
     teacher-forced loss and the greedy BLEU of the first `val_pairs` validation sentences.
     Returns `fit`'s log (losses in nats per subword, BLEU 0-100).
     """
@@ -498,9 +500,13 @@ def train_translator(model: nn.Module, data: TranslationData, *, epochs: int | N
             out["bleu"] = bleu_scores(translate(m, val, data.tgt_tok, precision=precision), refs)["bleu"].score
         return out
 
+    schedule = None if warmup_steps is None else warmup_cosine(warmup_steps)
+    if schedule_updates is not None:  # progress measured against the longer plan, not this budget
+        if schedule is None:
+            raise ValueError("schedule_updates needs a schedule: pass warmup_steps as well")
+        schedule = start_of_longer_plan(schedule, updates, schedule_updates)
     return fit(model, loader, make_step(teacher_forcing, label_smoothing), opt, epochs,
-               updates=updates, seconds=seconds, clip=clip, precision=precision,
-               schedule=None if warmup_steps is None else warmup_cosine(warmup_steps),
+               updates=updates, seconds=seconds, clip=clip, precision=precision, schedule=schedule,
                validate=validate, eval_every=eval_every, log_every=log_every)
 
 
