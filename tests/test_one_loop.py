@@ -134,8 +134,8 @@ def test_vit_train_classifier():
     log = train_classifier(model, x, y, 12, batch_size=8, lr=3e-3, warmup_steps=3, eval_every=5,
                            x_val=xe, y_val=ye, seed=3)
     # Since notebook 11's redesign the ViT's AdamW runs fused and the CNN stores channels-last:
-    # the same arithmetic summed in another order, which `agree` allows for.
-    assert agree(log["loss"], old["loss"])
+    # the same arithmetic summed in another order, which `agree` allows for (as tight as before).
+    assert agree(log["loss"], old["loss"], rel=1e-6)
     assert log["eval_update"] == old["eval_step"] and log["val_acc"] == old["eval_acc"]
 
 
