@@ -125,7 +125,7 @@ def test_setup_cell_clones_repo_url_installs_requirements_and_imports_utils(
     # `import utils` now works, from the clone
     assert Path(sys.modules["utils"].__file__).is_relative_to(folder)
     out = capsys.readouterr().out
-    assert "%env SEQ_FAST=1" in out and "min on a 2-core CPU" in out and "H100" in out
+    assert "%env SEQ_FAST=1" in out and "min on a 2-core CPU" in out and "H200" in out
 
 
 def test_setup_cell_reuses_an_existing_clone(monkeypatch, tmp_path, utils_unloaded):

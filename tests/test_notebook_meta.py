@@ -133,6 +133,9 @@ def test_run_time_line_has_one_format(tmp_path):
     (tmp_path / "gpu" / "99_toy.json").write_text(json.dumps({**record, "wall_time_s": 9.2,
                                                               "device": "cuda"}))
     assert "9 s on a GPU (cuda)" in " ".join(meta.run_time_line("99_toy", tmp_path).split())
+    (tmp_path / "gpu" / "99_toy.json").write_text(json.dumps({**record, "wall_time_s": 9.2, "device": "cuda",
+                                                              "device_name": "NVIDIA H200"}))
+    assert "9 s on a GPU (NVIDIA H200)" in " ".join(meta.run_time_line("99_toy", tmp_path).split())
     nb = _toy()
     meta.set_run_time(nb, "99_toy", tmp_path)
     assert "about forever" not in nb.cells[0].source and "**Run time:** 1.4 min" in nb.cells[0].source

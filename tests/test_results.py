@@ -63,6 +63,45 @@ def test_readme_results_table_matches_the_result_files():
     )
 
 
+def test_readme_gpu_table_matches_the_gpu_result_files():
+    assert results.readme_gpu_section() == results.render_gpu_table(), (
+        "README GPU table is stale: run `python -m utils.results`"
+    )
+
+
+def test_gpu_records_are_full_gpu_runs_under_the_cpu_runs_keys():
+    """notebooks/results/gpu/ holds full runs made on a GPU, copied unchanged: same keys as the
+    committed CPU run, except those that name a learning rate chosen by the run itself."""
+    for path in sorted(results.GPU_DIR.glob("*.json")):
+        gpu, cpu = json.loads(path.read_text()), results.load_results(path.stem)
+        assert cpu is not None, f"gpu/{path.name} has no committed CPU run beside it"
+        assert gpu["mode"] == "full" and gpu["device"].startswith("cuda"), path.name
+        fixed = {k for k in cpu["metrics"] if not re.search(r"_lr\d", k)}
+        assert fixed <= set(gpu["metrics"]), f"gpu/{path.name} lacks {sorted(fixed - set(gpu['metrics']))}"
+
+
+def test_gpu_table_sets_each_gpu_run_beside_its_cpu_run(tmp_path):
+    cpu_dir, gpu_dir = tmp_path / "cpu", tmp_path / "gpu"
+    cpu_dir.mkdir(), gpu_dir.mkdir()
+    record = {"notebook": "99_demo", "date": "2026-11-27", "mode": "full", "device": "cuda",
+              "device_name": "NVIDIA H200", "wall_time_s": 60.0, "metrics": {"bleu": 35.47, "new": 1}}
+    (gpu_dir / "99_demo.json").write_text(json.dumps(record))
+    (cpu_dir / "99_demo.json").write_text(json.dumps({**record, "device": "cpu", "wall_time_s": 1620.0,
+                                                       "metrics": {"bleu": 35.56}}))
+    row = results.render_gpu_table(gpu_dir, cpu_dir).splitlines()[-1]
+    assert row == ("| 99_demo | bleu = 35.47 (35.56)<br>new = 1 (-) | 1.0 min (27.0 min) | cuda (NVIDIA H200) "
+                   "| 2026-11-27 |")
+
+
+def test_a_cuda_run_records_which_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    run = Run(seed=0, device=torch.device("cuda:0"), fast=False)
+    record = json.loads(results.save_results(run, "99_demo", {"x": 1}, results_dir=tmp_path).read_text())
+    assert (record["device"], record["device_name"]) == ("cuda:0", "NVIDIA H200")
+    cpu = json.loads(results.save_results(_run(False), "99_demo", {"x": 1}, results_dir=tmp_path).read_text())
+    assert "device_name" not in cpu
+
+
 def test_every_results_file_belongs_to_a_notebook():
     notebooks = {p.stem for p in results.RESULTS_DIR.parent.glob("*.ipynb")}
     for path in results.RESULTS_DIR.glob("*.json"):

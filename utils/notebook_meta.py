@@ -233,7 +233,7 @@ def run_time_line(name: str, results: Path = RESULTS) -> str | None:
     gpu = results / "gpu" / f"{name}.json"
     if gpu.exists():
         g = json.loads(gpu.read_text())
-        line += f", {duration(g['wall_time_s'])} on a GPU ({g['device']})"
+        line += f", {duration(g['wall_time_s'])} on a GPU ({g.get('device_name', g['device'])})"
     line += "; under a minute in fast mode (`SEQ_FAST=1`, what the tests run)."
     return textwrap.fill(line, width=95, break_on_hyphens=False, break_long_words=False)
 

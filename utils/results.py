@@ -7,6 +7,11 @@ A full run anywhere else (a student's JupyterLab or Colab) writes its numbers be
 the git-ignored `notebooks/results/local/`, so it never changes the committed results or
 breaks the README table test. In fast mode it only says it skipped. `python -m utils.results`
 rewrites the README results table from the tracked files; a test keeps the two in sync.
+
+Full runs made on a GPU machine (../shared/gpu/README.md) are copied by hand, unchanged, into
+`notebooks/results/gpu/` under the same keys; the README's second table sets each beside the
+committed CPU run, so a reader sees what carries across devices (losses, accuracies, BLEU) and
+what does not (wall times, speed-ups).
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from utils.settings import Run, marked_section, replace_marked_section
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "notebooks" / "results"  # tracked: the committed full runs
 LOCAL_DIR = RESULTS_DIR / "local"  # git-ignored: full runs made outside the runner
+GPU_DIR = RESULTS_DIR / "gpu"  # tracked: full runs of the same notebooks on a GPU machine
 RECORD_ENV = "SEQ_RECORD_RESULTS"  # "1": this run may write RESULTS_DIR (set by the runner)
 README = REPO_ROOT / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+GPU_START, GPU_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
 MAX_SHOWN = 8  # metrics per notebook in the README; the JSON file has them all
 
 
@@ -67,6 +74,8 @@ def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = No
         "date": dt.date.today().isoformat(),
         "mode": run.mode,
         "device": str(run.device),
+        **({"device_name": torch.cuda.get_device_name(run.device)}  # which GPU: they differ 10x
+           if torch.device(run.device).type == "cuda" else {}),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "wall_time_s": round(run.elapsed(), 1),
@@ -126,22 +135,49 @@ def render_table(results_dir: Path | None = None) -> str:
     return "\n".join(rows)
 
 
+def render_gpu_table(gpu_dir: Path | None = None, cpu_dir: Path | None = None) -> str:
+    """The README's GPU table: each full run in `gpu_dir` beside the committed CPU run of the
+    same notebook, metric by metric ("GPU value (CPU value)")."""
+    rows = [
+        "| notebook | GPU run (CPU run) | wall time GPU (CPU) | device | date |",
+        "|---|---|---|---|---|",
+    ]
+    for path in sorted((gpu_dir or GPU_DIR).glob("*.json")):
+        gpu = json.loads(path.read_text())
+        cpu = load_results(path.stem, cpu_dir) or {"metrics": {}, "wall_time_s": math.nan}
+        shown = list(gpu["metrics"].items())[:MAX_SHOWN]
+        metrics = "<br>".join(f"{k} = {_fmt(v)} ({_fmt(cpu['metrics'].get(k, '-'))})" for k, v in shown)
+        if len(gpu["metrics"]) > MAX_SHOWN:
+            metrics += f"<br>[all {len(gpu['metrics'])}](notebooks/results/gpu/{path.name})"
+        device = gpu["device"] + (f" ({gpu['device_name']})" if "device_name" in gpu else "")
+        rows.append(f"| {gpu['notebook']} | {metrics} | {gpu['wall_time_s'] / 60:.1f} min "
+                    f"({cpu['wall_time_s'] / 60:.1f} min) | {device} | {gpu['date']} |")
+    return "\n".join(rows)
+
+
 def readme_section(readme: Path = README) -> str:
     return marked_section(readme, START, END)
 
 
+def readme_gpu_section(readme: Path = README) -> str:
+    return marked_section(readme, GPU_START, GPU_END)
+
+
 def update_readme(readme: Path = README) -> None:
     replace_marked_section(readme, START, END, render_table())
+    replace_marked_section(readme, GPU_START, GPU_END, render_gpu_table())
 
 
 def main(argv: list[str]) -> int:
     argparse.ArgumentParser(
         prog="python -m utils.results",
-        description="Rewrite the README results table from the committed notebooks/results/*.json "
-                    "(the last full runs made by `python -m utils.course run`).",
+        description="Rewrite the README results tables from the committed notebooks/results/*.json "
+                    "(the last full runs made by `python -m utils.course run`) and "
+                    "notebooks/results/gpu/*.json (the same notebooks run on a GPU machine).",
     ).parse_args(argv)
     update_readme()
-    print(f"README results table rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files")
+    print(f"README results tables rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files "
+          f"and {len(list(GPU_DIR.glob('*.json')))} GPU runs")
     return 0
 
 
