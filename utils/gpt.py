@@ -283,7 +283,7 @@ def train_lm(model: GPT, train_ids: Tensor, *, updates: int | None = None, secon
     nanoGPT's recipe: AdamW with weight decay on matrices only, a linear warm-up and a cosine to
     `min_lr_ratio` over the budget, gradients clipped to norm `clip`. With `val_ids` the whole
     split is scored every `eval_every` updates and at the end (`keep_best`: the best weights are
-    restored, since a long run can overfit). `schedule_updates` > `updates` runs the first
+    restored, since a long run can overfit). `schedule_updates` >= `updates` runs the first
     `updates` steps of a longer run's schedule, so two runs can be compared checkpoint by
     checkpoint at the same learning rates. Returns `fit`'s log ("items": tokens trained on).
     """

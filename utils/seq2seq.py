@@ -482,7 +482,7 @@ def train_translator(model: nn.Module, data: TranslationData, *, epochs: int | N
     """Train a translator (RNN or Transformer) on the training split through `utils.train.fit`.
 
     Adam(W) at a constant `lr`, or with `warmup_steps` a linear warm-up and a cosine over the
-    budget; `schedule_updates` > `updates` runs only the first `updates` of a longer run's
+    budget; `schedule_updates` >= `updates` runs only the first `updates` of a longer run's
     schedule (the same batches and rates as that run, for a comparison at equal updates).
     Validation (after every epoch, or every `eval_every` updates, and at the end): the
     teacher-forced loss and the greedy BLEU of the first `val_pairs` validation sentences.
