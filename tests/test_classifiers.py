@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from sklearn.metrics import precision_recall_fscore_support
 
 from utils.classifiers import (
+    PAD_ID,
     BagOfEmbeddings,
     EmbeddingMLP,
     FastText,
@@ -78,9 +79,15 @@ def test_each_review_gets_the_logits_it_gets_alone(name):
     assert diff < 1e-6
 
 
-def test_bag_of_embeddings_averages_the_real_tokens_only():
+@pytest.mark.parametrize("pad_row", ["zero", "nonzero"])
+def test_bag_of_embeddings_averages_the_real_tokens_only(pad_row):
+    """The <pad> row starts at zero (padding_idx), which hides a mean that sums the pad
+    positions too; loaded or edited embeddings need not keep it zero, so the mask must."""
     torch.manual_seed(0)
     model = BagOfEmbeddings(V, E, C).eval()
+    if pad_row == "nonzero":
+        with torch.no_grad():
+            model.embedding.weight[PAD_ID] = 1.0
     tokens, lengths = toy_batch()
     means = torch.stack([model.embedding(tokens[i, :n]).mean(0) for i, n in enumerate(lengths)])
     assert torch.allclose(model(tokens, lengths), model.head(means), atol=1e-6)
@@ -252,6 +259,19 @@ def test_every_token_step_trains_each_real_token_on_the_review_label():
     labels = batch.labels[:, None].expand_as(tokens)[batch.mask]
     assert out["n"] == int(lengths.sum())
     torch.testing.assert_close(out["loss"], F.cross_entropy(logits, labels))
+
+
+def test_log_count_ratio_normalises_each_class_by_its_own_total():
+    """r_j = log((p_j / |p|_1) / (q_j / |q|_1)): with more n-grams in the positive reviews
+    than in the negative ones, the L1 normalisation moves every ratio (the toy below has
+    equal totals, where it would not show)."""
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(np.array([[1, 1, 1], [1, 1, 0], [0, 0, 1]]))
+    y = np.array([1, 1, 0])
+    p, q = 1 + np.array([2, 2, 1]), 1 + np.array([0, 0, 1])  # alpha = 1 plus counts: |p| 8, |q| 4
+    expected = np.log((p / 8) / (q / 4))
+    torch.testing.assert_close(log_count_ratio(X, y), torch.tensor(expected, dtype=torch.float32))
 
 
 def test_nb_weighted_bag_is_naive_bayes_log_ratios_under_a_linear_layer():

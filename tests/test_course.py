@@ -254,10 +254,38 @@ def test_runner_asks_before_running_all_notebooks(monkeypatch, capsys):
     assert course.main(["run", "--all"]) == 0 and ran == NOTEBOOKS
 
 
-def test_runner_resolves_names_and_explains_unknown_ones():
+def test_runner_resolves_names_and_explains_unknown_ones(tmp_path, monkeypatch):
     assert course.resolve("03") == course.resolve("03_recurrent_neural_networks") == NOTEBOOKS[2]
+    assert course.resolve("3") == NOTEBOOKS[2]  # `run 1` was refused: only `01` worked
+    monkeypatch.chdir(tmp_path)  # a path relative to the repository root, from another folder
+    assert course.resolve("notebooks/03_recurrent_neural_networks.ipynb").resolve() == NOTEBOOKS[2]
     with pytest.raises(SystemExit, match="choose from: 01_text_preprocessing"):
         course.resolve("99")
+
+
+def test_a_fast_run_asks_before_replacing_full_run_outputs(tmp_path, monkeypatch, capsys):
+    """`SEQ_FAST=1 python -m utils.course run 02` once replaced 02's committed full-run outputs
+    with a quick run's after a printed note; now it asks, like `run` without names."""
+    import nbformat
+
+    path = _tiny_notebook(tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="mode     : full (set ...)\n")]
+    nbformat.write(nb, path)
+    (tmp_path / "unrun").mkdir()
+    assert course.stored_mode(path) == "full" and course.stored_mode(_tiny_notebook(tmp_path / "unrun")) is None
+    ran = []
+    monkeypatch.setattr(course, "run", lambda p: ran.append(p) or 1.0)
+    monkeypatch.setenv("SEQ_FAST", "1")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: nobody to ask
+    assert course.main(["run", str(path)]) == 1 and ran == []
+    assert "--replace-full" in capsys.readouterr().out
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda question: "n")
+    assert course.main(["run", str(path)]) == 1 and ran == []
+    assert course.main(["run", "--replace-full", str(path)]) == 0 and ran == [path]
+    monkeypatch.setenv("SEQ_FAST", "0")  # a full run over full outputs: nothing to ask
+    assert course.main(["run", str(path)]) == 0 and ran == [path, path]
 
 
 @pytest.mark.parametrize("module", ["utils.course", "utils.results"])

@@ -4,6 +4,7 @@ import functools
 import gzip
 import hashlib
 import http.server
+import re
 import threading
 from pathlib import Path
 
@@ -63,11 +64,24 @@ def test_offline_error_names_file_url_and_setting(tmp_path):
     assert not (tmp_path / "toy" / "file.txt").exists()
 
 
-def test_corrupted_local_file_is_reported(tmp_path):
+def test_corrupted_local_file_is_reported(tmp_path, monkeypatch):
+    monkeypatch.delenv("SEQ_DATA_DIR", raising=False)
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "file.txt").write_bytes(b"half a fi")
-    with pytest.raises(DataError, match="corrupted"):
+    with pytest.raises(DataError, match="corrupted.*Delete it and run again"):
         fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"half a file"), root=tmp_path)
+
+
+def test_a_corrupted_file_in_a_mirror_is_not_for_deleting(tmp_path, monkeypatch):
+    """In a folder SEQ_DATA_DIR names (a mirror others may share), "delete it" is wrong advice."""
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "file.txt").write_bytes(b"half a fi")
+    monkeypatch.setenv("SEQ_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataError) as err:
+        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"half a file"))
+    message = str(err.value)
+    assert f"The copy in {tmp_path} (SEQ_DATA_DIR)" in message and "unset SEQ_DATA_DIR" in message
+    assert "Delete it" not in message and "data/README.md" in message
 
 
 def test_gunzip_digest_ignores_the_gzip_wrapper(tmp_path):
@@ -136,15 +150,31 @@ def test_imdb_limit_takes_a_balanced_seeded_subset():
 
 
 def test_relative_data_dir_is_read_from_the_repo_root(monkeypatch, tmp_path):
-    """`SEQ_DATA_DIR=mirror` names the same folder from the root (pytest) and from notebooks/
+    """`SEQ_DATA_DIR=data` names the same folder from the root (pytest) and from notebooks/
     (a kernel), so a notebook finds the data the tests find."""
     repo = Path(data.__file__).resolve().parent.parent
-    monkeypatch.setenv("SEQ_DATA_DIR", "mirror")
+    monkeypatch.setenv("SEQ_DATA_DIR", "data")
     for cwd in (repo, repo / "notebooks", tmp_path):
         monkeypatch.chdir(cwd)
-        assert data.data_dir() == repo / "mirror"
+        assert data.data_dir() == repo / "data"
     monkeypatch.setenv("SEQ_DATA_DIR", str(tmp_path))
     assert data.data_dir() == tmp_path
+
+
+@pytest.mark.parametrize("setting", ["../shraed/data", "mirror"])
+def test_a_data_dir_setting_that_names_no_folder_is_refused(monkeypatch, tmp_path, setting):
+    """A mistyped SEQ_DATA_DIR was created silently and filled by a fresh download (a relative
+    one inside the repository); now it is refused, naming the setting and the path it means."""
+    repo = Path(data.__file__).resolve().parent.parent
+    monkeypatch.setenv("SEQ_DATA_DIR", setting)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=rf"SEQ_DATA_DIR='{re.escape(setting)}' names .* not a folder"):
+        data.data_dir()
+    with pytest.raises(DataError, match="not a folder"):
+        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"x"))
+    assert not (repo / setting).exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("SEQ_DATA_DIR", "")  # unset or empty: the course's cache, created on demand
+    assert data.data_dir() == repo / "data"
 
 
 @pytest.fixture
@@ -160,6 +190,7 @@ def toy_registry(server, monkeypatch, tmp_path):
         "other": {"c.txt": Remote("other/c.txt", base + "c.txt", sha["c.txt"])},
     }
     monkeypatch.setattr(data, "REGISTRY", registry)
+    (tmp_path / "cache").mkdir()
     monkeypatch.setenv("SEQ_DATA_DIR", str(tmp_path / "cache"))
     return www, tmp_path / "cache"
 

@@ -81,3 +81,57 @@ def test_setup_installs_the_check_when_asked(monkeypatch):
     finally:
         devicecheck.remove()
     assert not devicecheck._installed
+
+
+@pytest.mark.parametrize("cell, final", [("LSTM", "h_n"), ("LSTM", "c_n"), ("GRU", "h_n")])
+def test_backward_through_the_final_states_of_an_rnn_in_eval_mode_is_refused(check, cell, final):
+    """cuDNN refuses the backward whichever output it flows from: the packed classifier reads
+    h_n, and only the per-step outputs were once checked."""
+    rnn = getattr(nn, cell)(3, 4, batch_first=True).to(DEV).eval()
+    _, states = rnn(torch.randn(2, 5, 3, device=DEV))
+    state = states if cell == "GRU" else states[("h_n", "c_n").index(final)]
+    with pytest.raises(DevicePlacementError, match="cuDNN refuses it"):
+        state.sum().backward()
+
+
+def test_the_packed_classifier_in_eval_mode_is_refused_a_backward(check):
+    from utils.classifiers import RecurrentClassifier
+
+    model = RecurrentClassifier(20, 4, 4).to(DEV).eval()  # packed, reads h_n
+    tokens, lengths = torch.randint(1, 20, (2, 6), device=DEV), torch.tensor([6, 3], device=DEV)
+    with pytest.raises(DevicePlacementError, match="cuDNN refuses it"):
+        model(tokens, lengths).sum().backward()
+    model.train()
+    model(tokens, lengths).sum().backward()  # train mode: allowed
+
+
+def test_a_random_draw_with_a_generator_on_another_device_is_refused(check):
+    """On CUDA a CPU generator cannot draw a tensor on the GPU, nor the reverse."""
+    cpu_gen = torch.Generator().manual_seed(0)
+    with pytest.raises(DevicePlacementError, match=r"`randn` draws with a CPU generator .*Generator\(device=run.device\)"):
+        torch.randn(3, generator=cpu_gen, device=DEV)
+    x = torch.zeros(3, device=DEV)
+    with pytest.raises(DevicePlacementError, match="`normal_` draws with a CPU generator"):
+        x.normal_(generator=cpu_gen)
+    with pytest.raises(DevicePlacementError, match="`multinomial` draws with a CPU generator"):
+        torch.multinomial(torch.ones(4, device=DEV), 1, generator=cpu_gen)
+    dev_gen = torch.Generator(device=DEV).manual_seed(0)
+    assert dev_gen.device == DEV and cpu_gen.device == torch.device("cpu")
+    with pytest.raises(DevicePlacementError, match="a generator on run.device for a CPU tensor"):
+        torch.randn(3, generator=dev_gen)
+    assert devicecheck.on_device(torch.randn(3, generator=dev_gen, device=DEV))  # matched: fine
+    assert torch.randperm(5, generator=cpu_gen).tolist()  # a CPU draw, moved afterwards: fine
+
+
+def test_generators_are_plain_again_after_the_check(check):
+    devicecheck.remove()
+    assert torch.Generator is devicecheck.CPU_GENERATOR
+    torch.randn(3, generator=torch.Generator(), device=DEV)  # no check installed: no complaint
+
+
+def test_a_one_element_cpu_tensor_next_to_a_device_tensor_is_refused(check):
+    """Only a zero-dimensional CPU tensor may join a GPU operation; shape (1,) may not."""
+    x = torch.ones(3, device=DEV)
+    assert (x * torch.tensor(2.0)).shape == (3,)
+    with pytest.raises(DevicePlacementError, match=r"mixes a tensor on run.device \(3,\) float32 with a CPU tensor \(1,\)"):
+        x * torch.tensor([2.0])

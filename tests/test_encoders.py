@@ -58,6 +58,20 @@ def test_weights_with_another_checksum_are_refused(tmp_path, monkeypatch):
         assert part in message
 
 
+def test_weights_replaced_after_a_passed_check_are_checked_again(tmp_path, monkeypatch):
+    """A passed check is remembered per file (path, size, modification time): other weights of
+    the same size written over it later must be hashed again, not trusted by their size."""
+    weights = _fake_minilm(tmp_path, monkeypatch, b"weights A")
+    monkeypatch.setattr(encoders, "WEIGHTS_SHA256", digest(weights))
+    monkeypatch.setattr(encoders, "_checked", set())
+    minilm_path()  # passes, and is remembered
+    stat = weights.stat()
+    weights.write_bytes(b"weights B")  # same size, other bytes
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(DataError, match="failed its checksum"):
+        minilm_path()
+
+
 def test_missing_weights_are_refused(tmp_path, monkeypatch):
     weights = _fake_minilm(tmp_path, monkeypatch, b"")
     weights.unlink()

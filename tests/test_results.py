@@ -1,4 +1,5 @@
 import json
+import math
 import re
 import shutil
 
@@ -25,6 +26,15 @@ def test_full_run_writes_json(tmp_path):
     assert results.load_metrics("98_missing", results_dir=tmp_path) is None
     assert results.load_results("99_demo", results_dir=tmp_path)["dataset_sizes"] == {"train": 10}
     assert results.load_results("98_missing", results_dir=tmp_path) is None
+
+
+def test_a_results_folder_given_as_a_string_is_read_as_it_is_written(tmp_path):
+    """save_results took a str folder; load_results and load_metrics raised TypeError on it."""
+    folder = str(tmp_path)
+    results.save_results(_run(False), "99_demo", {"x": 1}, results_dir=folder)
+    assert results.load_metrics("99_demo", results_dir=folder) == {"x": 1}
+    assert results.load_results("99_demo", results_dir=folder)["metrics"] == {"x": 1}
+    assert results.load_metrics("98_missing", results_dir=folder) is None
 
 
 def test_metrics_become_plain_numbers_in_place(tmp_path):
@@ -126,10 +136,18 @@ NUMBER = (r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?%?"
           r"|[-+]?\.\d+(?:[eE][-+]?\d+)?%?")
 PRINTED = re.compile(rf"(?<![\w.])(?:{NUMBER})")
 
-# Result keys whose value no output of their notebook prints today (derived by arithmetic
-# after the last print). The lead's next full run of the notebook prints them; then the entry
-# must go (the test fails on an entry that is printed or no longer recorded).
-NOT_PRINTED: dict[str, set[str]] = {}
+# Result keys whose value no output before the record is built prints, in the committed run
+# (derived by arithmetic in the cell that builds the record). The next full run of the notebook
+# prints them; then the entry must go (the test fails on an entry that is printed or no longer
+# recorded).
+NOT_PRINTED: dict[str, set[str]] = {
+    "03_recurrent_neural_networks": {"char_rnn_train_time_s", "ppl_change_vs_best_ngram_pct"},
+    "07_seq2seq_and_attention": {"attention_entropy_share_luong"},
+    "08_transformer_encoder": {"query_spread_imdb"},
+    "10_pretrained_bert_and_gpt": {"gpt_char_tokens"},
+}
+# The cell that builds a notebook's record: it assigns or updates `metrics`, or saves it.
+RECORD_CELL = re.compile(r"^metrics\b\s*(?:=|\|=|\[|\.update)|save_results\(", re.M)
 
 
 def parse_number(token: str) -> tuple[float, float, int]:
@@ -149,27 +167,37 @@ def agrees(value: float, token: str) -> bool:
     return abs(value - x) <= tol * (1 + 1e-9) + 1e-12 * abs(x)
 
 
-def output_text(notebook: dict) -> str:
+def _cell_text(cell: dict) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream" and out["name"] == "stdout":
+            parts.append("".join(out["text"]))
+        elif "text/plain" in out.get("data", {}):
+            parts.append("".join(out["data"]["text/plain"]))
+    return "\n".join(parts)
+
+
+def output_text(notebook: dict, before_record: bool = False) -> str:
     """Everything a notebook's stored outputs print (stdout and text results), code listings
-    of `show_source` cells excluded."""
+    of `show_source` cells excluded; with `before_record`, only the cells above the one that
+    builds the results record (so the record's own display does not count)."""
     parts = []
     for cell in notebook["cells"]:
-        if cell["cell_type"] != "code" or SHOW_CALL.fullmatch("".join(cell["source"]).strip()):
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or SHOW_CALL.fullmatch(source.strip()):
             continue
-        for out in cell.get("outputs", []):
-            if out["output_type"] == "stream" and out["name"] == "stdout":
-                parts.append("".join(out["text"]))
-            elif "text/plain" in out.get("data", {}):
-                parts.append("".join(out["data"]["text/plain"]))
+        if before_record and RECORD_CELL.search(source):
+            break
+        parts.append(_cell_text(cell))
     return "\n".join(parts)
 
 
 def printed_as(key: str, value: float, text: str) -> str | None:
     """None if `text` prints `value` for `key`, else what is wrong.
 
-    Where the outputs name the key (a printed metrics dict: 'key': 1.234), every such number
-    must agree with the value at its printed precision. Elsewhere some number printed with at
-    least 2 digits must agree (an integer may match exactly: a weaker check).
+    Where the outputs name the key (key = 1.234, or a printed dict's 'key': 1.234), every such
+    number must agree with the value at its printed precision. Elsewhere some number printed
+    with at least 2 digits must agree (an integer may match exactly: a weaker check).
     """
     named = re.findall(rf"(?<![\w.])['\"]?{re.escape(key)}['\"]?\s*[:=]\s*({NUMBER})", text)
     if named:
@@ -179,6 +207,27 @@ def printed_as(key: str, value: float, text: str) -> str | None:
         if agrees(value, token) and (parse_number(token)[2] >= 2 or isinstance(value, int)):
             return None
     return "not printed"
+
+
+def display_tolerance(value: float) -> float:
+    """How far a displayed number may be from the recorded one. Notebooks display their metrics
+    dict as Python's repr of each number, exact or rounded to 3 or 4 decimals or 4 significant
+    digits, whichever keeps more; so "1.0" there means 1.0 +- 0.0005, not +- 0.05 (repr drops
+    the trailing zeros that printing with a format keeps)."""
+    if isinstance(value, int):  # counts are displayed whole (81440 or 81440.0)
+        return 0.0
+    fourth_digit = 10.0 ** (math.floor(math.log10(abs(value))) - 3) if value else 0.0
+    return max(5e-4, 0.5 * fourth_digit) * (1 + 1e-9)
+
+
+def shown_in_the_record_display(key: str, value: float, text: str) -> str | None:
+    """None if the notebook's display of its metrics dict shows `'key': value`, else what is
+    wrong: what the run displayed is what the file must hold."""
+    shown = re.findall(rf"(?<![\w.])['\"]{re.escape(key)}['\"]\s*:\s*({NUMBER})", text)
+    if not shown:
+        return "not in the displayed metrics"
+    wrong = [t for t in shown if abs(value - float(t.replace(",", ""))) > display_tolerance(value)]
+    return f"displayed as {wrong}" if wrong else None
 
 
 def test_parse_and_agree_at_the_printed_precision():
@@ -191,28 +240,62 @@ def test_parse_and_agree_at_the_printed_precision():
     assert printed_as("share", 0.0, "carry   0.00% of the gradient") is None
     assert printed_as("acc", 0.616, "per seed: 1.00 0.24 0.61; 3 of 3") == "not printed"
     assert printed_as("ppl", 5.0083, "rnn   528  5.01  17.9") is None
+    assert shown_in_the_record_display("bleu", 35.6169, "{'bleu': 35.617}") is None
+    assert shown_in_the_record_display("bleu", 35.6169, "bleu = 35.617") == "not in the displayed metrics"
+    assert shown_in_the_record_display("bleu", 35.7, "{'bleu': 35.617}") == "displayed as ['35.617']"
+    assert shown_in_the_record_display("acc", 1.011, "{'acc': 1.0}") == "displayed as ['1.0']"
 
 
-@pytest.mark.parametrize("path", sorted(results.RESULTS_DIR.glob("[0-9][0-9]_*.json")),
-                         ids=lambda p: p.stem)
-def test_every_recorded_value_is_printed_by_its_notebook(path):
-    """A results file holds what the notebook's run printed: a value edited by hand, or one the
-    notebook never shows, fails here (the README test only compares the file with itself)."""
+def _record_and_notebook(path):
     metrics = json.loads(path.read_text())["metrics"]
     notebook = json.loads((results.RESULTS_DIR.parent / f"{path.stem}.ipynb").read_text())
-    text = output_text(notebook)
+    numbers = {k: v for k, v in metrics.items()  # non-finite values are stored as strings
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return numbers, notebook
+
+
+RESULT_FILES = sorted(results.RESULTS_DIR.glob("[0-9][0-9]_*.json"))
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.stem)
+def test_every_recorded_value_is_printed_before_the_record_is_built(path):
+    """Each number in a results file can be traced to an output a reader sees *before* the
+    cell that builds the record (the record's own display would vouch for anything): notebook
+    06 once recorded F1 means over seeds while printing only seed 0's F1."""
+    numbers, notebook = _record_and_notebook(path)
+    text = output_text(notebook, before_record=True)
     allowed = NOT_PRINTED.get(path.stem, set())
     problems = {}
-    for key, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue  # non-finite values are stored as strings
+    for key, value in numbers.items():
         problem = printed_as(key, value, text)
         if problem and key not in allowed:
             problems[key] = f"{value!r} {problem}"
         elif not problem and key in allowed:
             problems[key] = "is printed now: remove it from NOT_PRINTED"
-    problems.update({k: "is in NOT_PRINTED but not recorded" for k in allowed - set(metrics)})
+    problems.update({k: "is in NOT_PRINTED but not recorded" for k in allowed - set(numbers)})
     assert not problems, f"{path.name} vs the outputs of {path.stem}.ipynb: {problems}"
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.stem)
+def test_every_recorded_value_is_what_the_run_displayed(path):
+    """A value edited by hand in a results file fails here, on its own: each notebook displays
+    the metrics dict it records, and the file must agree with that display (the README test
+    only compares the file with itself, so a regenerated README would hide an edit)."""
+    numbers, notebook = _record_and_notebook(path)
+    text = output_text(notebook)
+    problems = {k: f"{v!r} {p}" for k, v in numbers.items() if (p := shown_in_the_record_display(k, v, text))}
+    assert not problems, f"{path.name} vs the displayed metrics of {path.stem}.ipynb: {problems}"
+
+
+def test_a_value_edited_by_hand_is_caught_by_the_results_test_alone():
+    """Every recorded number of every notebook, edited by hand (up by 1% + 0.001, or down by
+    1), is caught by the display check; the README is not consulted."""
+    for path in RESULT_FILES:
+        numbers, notebook = _record_and_notebook(path)
+        text = output_text(notebook)
+        for key, value in numbers.items():
+            for edited in (value * 1.01 + (1 if isinstance(value, int) else 1e-3), value - 1):
+                assert shown_in_the_record_display(key, edited, text), f"{path.stem}: {key} edited to {edited}"
 
 
 def _tracked_copy(tmp_path, monkeypatch):

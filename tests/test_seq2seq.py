@@ -183,6 +183,25 @@ def test_luong_input_feeding_runs_step_by_step_and_decodes_like_its_forward():
     torch.testing.assert_close(torch.stack(steps, 1), torch.log_softmax(logits, -1), atol=1e-5, rtol=1e-5)
 
 
+def test_luong_input_feeding_feeds_back_the_attentional_state_not_the_gru_state():
+    """Luong et al. (2015, section 3.3): the GRU reads [emb(y_{t-1}); h~_{t-1}], where
+    h~ = tanh(W_c [c; s]) is the attentional state the output layer reads, not s itself.
+    Written out step by step with the model's own layers."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(tiny_cfg(input_feeding=True, bidirectional=True), "luong").eval()
+    dec, batch = model.decoder, toy_batch()
+    memory, s = model.encoder(batch.src, batch.src_mask)  # (B, S, 2H), (B, H)
+    h_tilde, expected = torch.zeros_like(s), []
+    for t in range(batch.tgt_in.shape[1]):
+        x = torch.cat([dec.embed(batch.tgt_in[:, t]), h_tilde], dim=-1)[:, None]  # (B, 1, E + H)
+        out, s = dec.rnn(x, s[None])  # (B, 1, H), (1, B, H)
+        s = s[0]
+        c, _ = dec.attention(out, memory, memory, batch.src_mask)  # (B, 1, 2H)
+        h_tilde = torch.tanh(dec.W_c(torch.cat([c, out], dim=-1)))[:, 0]  # (B, H)
+        expected.append(dec.out(h_tilde))  # (B, V)
+    torch.testing.assert_close(model(batch.src, batch.src_mask, batch.tgt_in), torch.stack(expected, 1))
+
+
 def test_attention_entropy_is_between_a_point_and_uniform():
     from utils.seq2seq import EncoderDecoder, attention_entropy
 

@@ -31,6 +31,25 @@ def test_a_device_this_machine_lacks_is_refused_with_the_ones_it_has(monkeypatch
         get_device()
 
 
+def test_an_mps_index_beyond_the_one_mps_device_is_refused(monkeypatch):
+    """A Mac has one MPS device: `mps:1` was accepted (CUDA indices were checked, MPS ones not)."""
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for ok in ("mps", "mps:0"):
+        monkeypatch.setenv("SEQ_DEVICE", ok)
+        assert get_device() == torch.device(ok)
+    monkeypatch.setenv("SEQ_DEVICE", "mps:1")
+    with pytest.raises(ValueError, match=r"SEQ_DEVICE='mps:1'.*no such device; it has mps, cpu"):
+        get_device()
+
+
+@pytest.mark.parametrize("value, meant", [("gpu", "cuda"), ("GPU:1", "cuda:1"), ("metal", "mps")])
+def test_a_common_name_for_a_gpu_gets_torchs_name(monkeypatch, value, meant):
+    monkeypatch.setenv("SEQ_DEVICE", value)
+    with pytest.raises(ValueError, match=rf"is not a device name; for a GPU torch says '{meant}'"):
+        get_device()
+
+
 def test_seq_device_ignores_case_and_spaces(monkeypatch):
     monkeypatch.setenv("SEQ_DEVICE", " CPU ")
     assert get_device() == torch.device("cpu")

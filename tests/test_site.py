@@ -240,3 +240,11 @@ def test_slide_deck_in_a_browser(browser, server, shots):
     browser.eval("Reveal.next()")
     assert browser.eval("Reveal.getIndices().h + Reveal.getIndices().v") >= 1
     _offline_and_clean(browser, server)
+
+
+def test_serving_before_a_build_says_to_build_first(tmp_path):
+    """`python -m utils.site serve` with nothing built served 404s without a word."""
+    from utils.site import main
+
+    with pytest.raises(SystemExit, match=rf"no built site in {re.escape(str(tmp_path))} .*utils.site build --out"):
+        main(["serve", "--out", str(tmp_path)])

@@ -94,11 +94,13 @@ def test_recall_sweep_reuses_the_first_seeds_grid_runs_and_trains_the_rest(monke
     outside the grid and every other seed train at the chosen rate."""
     import utils.tasks as tasks
 
-    calls = []
+    calls, trained = [], {}
 
     def fake(cell, T, steps, lr, seed, device, forget_bias, **kw):
         calls.append((T, lr, seed))
-        return {"val_acc": lr, "test_acc": 1.0, "solved": True}
+        trained.setdefault((T, lr, seed), []).append(run := {"val_acc": lr, "test_acc": 1.0, "solved": True,
+                                                             "run": (T, lr, seed)})
+        return run
 
     monkeypatch.setattr(tasks, "train_recall", fake)
     out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3, 6], seeds=[0, 1], lrs=[1e-3, 1e-2],
@@ -106,3 +108,6 @@ def test_recall_sweep_reuses_the_first_seeds_grid_runs_and_trains_the_rest(monke
     assert out["lr"]["rnn"] == 1e-2
     assert sorted(calls) == sorted([(3, 1e-3, 0), (3, 1e-2, 0),  # the grid, seed 0
                                     (3, 1e-2, 1), (6, 1e-2, 0), (6, 1e-2, 1)])
+    for T in (3, 6):  # each seed's slot holds that seed's run, at the chosen rate and this distance
+        assert [r["run"] for r in out["runs"]["rnn", T]] == [(T, 1e-2, 0), (T, 1e-2, 1)]
+    assert out["runs"]["rnn", 3][0] is trained[3, 1e-2, 0][0]  # the grid run itself, reused

@@ -234,3 +234,64 @@ def test_checkpoint_extras_with_numpy_scalars_load(tmp_path):
     with pytest.raises(TypeError, match="extra.note"):
         save_checkpoint(tmp_path / "d.pt", model, note=object())
     assert not (tmp_path / "d.pt").exists()
+
+
+def test_keep_best_never_keeps_a_nan_validation():
+    """NaN > x is always False: a first NaN validation once stayed "best" for the whole run."""
+    scores = iter([float("nan"), 0.3, 0.2])
+    model = nn.Linear(3, 2)
+    log = fit(model, _random_batches(), _step, torch.optim.SGD(model.parameters(), lr=0.1), updates=3,
+              validate=lambda m: {"loss": next(scores)}, eval_every=1, keep_best=("val_loss", "min"),
+              log_every=None)
+    assert log["best_update"] == 3
+
+
+def test_a_second_fit_on_the_same_optimizer_schedules_from_the_same_base():
+    """fit once left the last scheduled rate in the optimizer, and the next fit took it as the
+    base: a schedule of 0.5 on a base of 0.1 ran at 0.05, then at 0.025."""
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        log = fit(model, _random_batches(), _step, opt, updates=2, schedule=lambda s, p: 0.5, log_every=None)
+        assert log["lr"] == pytest.approx([0.05, 0.05]) and opt.param_groups[0]["lr"] == 0.1
+
+
+def test_validation_time_is_not_training_time(monkeypatch):
+    """train_s counts the updates only: each training forward costs 1 s on a fake clock, each
+    validation forward 100 s."""
+    import types
+
+    import utils.train
+
+    clock = {"t": 0.0}
+
+    def step(model, batch):
+        clock["t"] += 1.0 if model.training else 100.0
+        return _step(model, batch)
+
+    monkeypatch.setattr(utils.train, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))
+    model = nn.Linear(3, 2)
+    val = [next(_random_batches(1))]
+    log = fit(model, _random_batches(), step, torch.optim.SGD(model.parameters(), lr=0.1), updates=4,
+              val_loader=val, eval_every=2, log_every=None)
+    assert log["train_s"] == 4 and log["eval_train_s"] == [2, 4]
+
+
+def test_time_precisions_times_the_timed_updates_only(monkeypatch):
+    """Milliseconds per update over the `updates` timed ones: the warm-up update (here 50 s on a
+    fake clock, against 1 s for each later one) is neither timed nor counted."""
+    import types
+
+    import utils.train
+    from utils.train import time_precisions
+
+    clock = {"t": 0.0, "calls": 0}
+
+    def step(model, batch):
+        clock["calls"] += 1
+        clock["t"] += 50.0 if clock["calls"] == 1 else 1.0
+        return _step(model, batch)
+
+    monkeypatch.setattr(utils.train, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))
+    times = time_precisions(nn.Linear(3, 2), next(_random_batches()), step, precisions=["fp32"], updates=2)
+    assert times == {"fp32": pytest.approx(1000.0)}

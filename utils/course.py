@@ -21,6 +21,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -277,10 +278,12 @@ def _restore_env(saved: dict) -> None:
 
 
 def resolve(name: str) -> Path:
-    """A notebook from a path, a file name, a stem or its number ("03")."""
-    direct = Path(name)
-    if direct.suffix == ".ipynb" and direct.exists():
-        return direct
+    """A notebook from a path (from here, or from the repository root), a file name, a stem or
+    its number ("03", or "3")."""
+    for direct in (Path(name), REPO_ROOT / name):
+        if direct.suffix == ".ipynb" and direct.exists():
+            return direct
+    name = name.zfill(2) if name.isdigit() else name
     matches = [p for p in notebook_paths() if p.name == name or p.stem == name
                or p.name.startswith(f"{name}_")]
     if len(matches) != 1:
@@ -297,24 +300,49 @@ def _last_full_runs_min(paths: list[Path]) -> float:
     return sum(r["wall_time_s"] for r in records if r is not None) / 60
 
 
-def confirm_all(paths: list[Path], mode: str) -> bool:
-    """Ask before a run that overwrites every notebook; refuse when nobody can answer."""
-    question = (f"Run all {len(paths)} notebooks in {mode} mode, overwriting their stored outputs "
-                f"and results (the last full runs took {_last_full_runs_min(paths):.0f} min on a "
-                "2-core CPU)? [y/N] ")
+def confirm(question: str, refusal: str) -> bool:
+    """Ask `question` on a terminal; where nobody can answer, print `refusal` and say no."""
     if not sys.stdin.isatty():
-        print("`run` without notebook names runs all of them: pass --all to confirm, or name "
-              "the notebooks (e.g. `python -m utils.course run 03`).")
+        print(refusal)
         return False
     return input(question).strip().lower() in {"y", "yes"}
 
 
-def run_command(names: list[str], all_confirmed: bool) -> int:
+def confirm_all(paths: list[Path], mode: str) -> bool:
+    """Ask before a run that overwrites every notebook; refuse when nobody can answer."""
+    return confirm(f"Run all {len(paths)} notebooks in {mode} mode, overwriting their stored outputs "
+                   f"and results (the last full runs took {_last_full_runs_min(paths):.0f} min on a "
+                   "2-core CPU)? [y/N] ",
+                   "`run` without notebook names runs all of them: pass --all to confirm, or name "
+                   "the notebooks (e.g. `python -m utils.course run 03`).")
+
+
+RUN_HEADER_MODE = re.compile(r"^mode\s*: (full|fast)\b", re.M)  # utils.settings.run_header's first line
+
+
+def stored_mode(path: Path) -> str | None:
+    """The mode ("full" or "fast") of the run whose outputs `path` stores, from its run header."""
+    for cell in json.loads(path.read_text()).get("cells", []):
+        for out in cell.get("outputs", []):
+            match = RUN_HEADER_MODE.search("".join(out.get("text", "")))
+            if match:
+                return match[1]
+    return None
+
+
+def run_command(names: list[str], all_confirmed: bool, replace_full: bool = False) -> int:
     from utils.settings import is_fast  # the same reading of SEQ_FAST as the notebooks
 
     mode = "fast" if is_fast() else "full"
     paths = [resolve(n) for n in names] or notebook_paths()
     if not names and not all_confirmed and not confirm_all(paths, mode):
+        return 1
+    full = [p.stem for p in paths if mode == "fast" and stored_mode(p) == "full"]
+    if full and not replace_full and not confirm(
+            f"Replace the committed full-run outputs of {', '.join(full)} with a fast run's? [y/N] ",
+            f"SEQ_FAST is set, and {', '.join(full)} store a full run's outputs (the committed ones): "
+            "pass --replace-full to overwrite them with a quick run's, or unset SEQ_FAST. To try "
+            "the quick run without touching them, use `pytest notebooks/NN_name.ipynb`."):
         return 1
     if mode == "fast":
         print("fast mode (SEQ_FAST is set): the stored outputs will be a quick run's, not the "
@@ -341,6 +369,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                        help="paths, names or numbers (e.g. 03); none: all notebooks")
     sub.choices["run"].add_argument("--all", action="store_true",
                                     help="with no names, run all notebooks without asking")
+    sub.choices["run"].add_argument("--replace-full", action="store_true",
+                                    help="in fast mode, overwrite full-run outputs without asking")
     return parser.parse_args(argv)
 
 
@@ -348,7 +378,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     command, names = args.command or "check", getattr(args, "notebooks", [])
     if command == "run":
-        return run_command(names, args.all)
+        return run_command(names, args.all, args.replace_full)
     paths = [resolve(n) for n in names] or notebook_paths()
     if command == "sync":
         for p in paths:

@@ -102,9 +102,19 @@ def data_dir() -> Path:
     """The data directory: `SEQ_DATA_DIR` if set, else the repo's `data/` download cache.
     A relative `SEQ_DATA_DIR` is relative to the repository root, not to the current folder,
     so `SEQ_DATA_DIR=mirror` means the same in `pytest` (run from the root) and in a notebook
-    (whose kernel runs in notebooks/)."""
-    path = Path(os.environ.get("SEQ_DATA_DIR") or REPO_ROOT / "data").expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
+    (whose kernel runs in notebooks/). A `SEQ_DATA_DIR` that does not exist is refused (a typo
+    would otherwise be created and filled by a fresh download); the default cache is created."""
+    setting = os.environ.get("SEQ_DATA_DIR", "").strip()
+    if not setting:
+        return REPO_ROOT / "data"
+    path = Path(setting).expanduser()
+    path = path if path.is_absolute() else REPO_ROOT / path
+    if not path.is_dir():
+        raise DataError(
+            f"SEQ_DATA_DIR={setting!r} names {path}, which is not a folder. Fix the setting (a "
+            f"relative path is read from the repository root, {REPO_ROOT}), create the folder "
+            "first if you mean a new one, or unset SEQ_DATA_DIR to use the course's own cache.")
+    return path
 
 
 # ---------------------------------------------------------------------------- checksums
@@ -133,7 +143,7 @@ def digest(path: Path, digest_of: str = "file") -> str:
 _verified: set[tuple[str, int, float]] = set()  # files already checked in this process
 
 
-def _check(remote: Remote, path: Path, source: str) -> None:
+def _check(remote: Remote, path: Path, source: str, advice: str) -> None:
     try:
         actual = digest(path, remote.digest_of)
     except Exception as err:  # unreadable gzip/parquet is corruption too
@@ -141,10 +151,21 @@ def _check(remote: Remote, path: Path, source: str) -> None:
     if actual != remote.sha256:
         raise DataError(
             f"{source} failed its checksum.\n  expected sha256 ({remote.digest_of}): "
-            f"{remote.sha256}\n  got: {actual}\n"
-            f"The file is corrupted or incomplete. Delete it and run again to download it from "
-            f"{remote.url}, or point SEQ_DATA_DIR at a folder with a good copy."
+            f"{remote.sha256}\n  got: {actual}\n{advice}"
         )
+
+
+def _repair_advice(remote: Remote, root: Path) -> str:
+    """What to do about a bad file under `root`: in the course's own cache, delete it and
+    download it again; in a folder SEQ_DATA_DIR names (perhaps a mirror others share), deleting
+    is not ours to do: repair that copy, or use the course's cache instead."""
+    if os.environ.get("SEQ_DATA_DIR", "").strip():
+        return (f"The copy in {root} (SEQ_DATA_DIR) is corrupted or incomplete. If others share "
+                f"that folder, restore '{remote.path}' there from {remote.url} (sources and "
+                "checksums: data/README.md); or unset SEQ_DATA_DIR to download a copy into the "
+                "course's own cache.")
+    return (f"The file is corrupted or incomplete. Delete it and run again to download it from "
+            f"{remote.url}, or point SEQ_DATA_DIR at a folder with a good copy.")
 
 
 # ---------------------------------------------------------------------------- download
@@ -172,7 +193,9 @@ def download(remote: Remote, dest: Path, timeout: float = 60.0,
                     f"If this machine is offline, copy the file to {dest} by hand, or set "
                     f"SEQ_DATA_DIR to a folder that holds '{remote.path}' (now: {dest.parent.parent})."
                 ) from err
-        _check(remote, tmp, f"The download of {remote.path} from {remote.url}")
+        _check(remote, tmp, f"The download of {remote.path} from {remote.url}",
+               f"Nothing was kept. Run again (a download cut short fails this way); if it fails "
+               f"again, the server sends another file: copy a good '{remote.path}' to {dest}.")
         os.replace(tmp, dest)  # atomic: readers never see a half-written file
     finally:
         tmp.unlink(missing_ok=True)
@@ -204,7 +227,7 @@ def fetch_remote(remote: Remote, root: Path | None = None) -> Path:
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime)
     if key not in _verified:
-        _check(remote, path, f"{path}")
+        _check(remote, path, f"{path}", _repair_advice(remote, root))
         _verified.add(key)
     return path
 

@@ -10,8 +10,11 @@ here too, with a message that says what to move:
 - an operation that mixes a tensor on run.device with a CPU tensor (a CPU scalar is allowed);
 - a module with parameters that runs without having been sent to run.device;
 - `.numpy()` (or matplotlib / numpy reading) of a tensor still on run.device: `.cpu()` first;
+- a random draw that mixes a generator and a tensor on different devices (a CPU
+  `torch.Generator()` with `device=run.device`, or a device tensor's `normal_`/`multinomial`),
+  which CUDA refuses: make it with `torch.Generator(device=run.device)` or draw on the CPU;
 - a backward pass through a recurrent layer (nn.RNN/LSTM/GRU) run in eval mode, which cuDNN
-  refuses (CPU kernels allow it).
+  refuses (CPU kernels allow it), through its outputs or its final states (h_n, c_n).
 """
 
 from __future__ import annotations
@@ -56,6 +59,22 @@ RECURRENT = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 
 
 DEVICE_GETTER, GRAD_GETTER = torch.Tensor.device.__get__, torch.Tensor.grad.__get__
+CPU_GENERATOR = torch.Generator  # the real class; `install` puts a tracking subclass in its place
+
+
+def _tracking_generator(target: torch.device) -> type:
+    """`torch.Generator` that remembers whether it was made for `target` (a generator made with
+    device="cpu:0" reports "cpu", so the device alone cannot tell)."""
+    class Generator(CPU_GENERATOR):
+        def __new__(cls, device="cpu"):
+            generator = super().__new__(cls, device=device)
+            generator.on_run_device = torch.device(device) == target
+            return generator
+
+        @property
+        def device(self) -> torch.device:  # as a GPU generator would say
+            return target if self.on_run_device else CPU_GENERATOR.device.__get__(self)
+    return Generator
 
 
 class _Check(TorchFunctionMode):
@@ -104,7 +123,8 @@ class _Check(TorchFunctionMode):
                 "Bring it back first: `x.cpu()` (or `.item()` / `.tolist()` for numbers)")
         if name in ("to", "cpu"):
             return self._to(func, name, args, kwargs)
-        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        leaves = tree_flatten((args, kwargs))[0]
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
         moved = [t for t in tensors if on_device(t)]
         host = [t for t in tensors if not on_device(t) and t.dim() > 0]
         if name == "__getitem__" and tensors and on_device(tensors[0]):
@@ -116,8 +136,16 @@ class _Check(TorchFunctionMode):
                 f"`{name}` mixes a tensor on run.device {_describe(moved[0])} with a CPU tensor "
                 f"{_describe(host[0])}: on a GPU this fails. Send the CPU one to run.device "
                 "(`x.to(run.device)`), or create it there (`device=run.device`)")
-        out = func(*args, **kwargs)
         created_there = "device" in kwargs and self._is_target(kwargs["device"])
+        for g in leaves:
+            if isinstance(g, CPU_GENERATOR) and getattr(g, "on_run_device", False) != bool(moved or created_there):
+                where = ("a CPU generator for a tensor on run.device" if moved or created_there
+                         else "a generator on run.device for a CPU tensor")
+                raise DevicePlacementError(
+                    f"`{name}` draws with {where}: on a GPU this fails ('Expected a cuda device "
+                    "type for generator'). Make the generator where the tensor is "
+                    "(`torch.Generator(device=run.device)`), or draw on the CPU and move the result")
+        out = func(*args, **kwargs)
         if moved or created_there:
             _mark(out)
         return out
@@ -149,15 +177,16 @@ def _cudnn_rnn_rule(module: nn.Module, args, output) -> None:
     """cuDNN cannot backpropagate through a recurrent layer that ran in eval mode."""
     if not isinstance(module, nn.RNNBase) or module.training or not torch.is_grad_enabled():
         return
-    out = output[0] if isinstance(output, tuple) else output
-    out = out.data if isinstance(out, nn.utils.rnn.PackedSequence) else out
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        def refuse(grad):
-            raise DevicePlacementError(
-                f"backward through {type(module).__name__} run in eval mode: cuDNN refuses it on a "
-                "GPU ('cudnn RNN backward can only be called in training mode'). Take such "
-                "gradients in train mode, with dropout off")
-        out.register_hook(refuse)
+    def refuse(grad):
+        raise DevicePlacementError(
+            f"backward through {type(module).__name__} run in eval mode: cuDNN refuses it on a "
+            "GPU ('cudnn RNN backward can only be called in training mode'). Take such "
+            "gradients in train mode, with dropout off")
+
+    # every output: the per-step states (a PackedSequence's data too) and the final h_n, c_n
+    for out in tree_flatten(output)[0]:
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(refuse)
 
 
 def install(device: torch.device) -> None:
@@ -166,6 +195,7 @@ def install(device: torch.device) -> None:
         return
     mode = _Check(torch.device(device))
     mode.__enter__()  # active for the rest of the session
+    torch.Generator = _tracking_generator(mode.target)
     _installed.extend([mode, nn.modules.module.register_module_forward_pre_hook(_module_placed),
                        nn.modules.module.register_module_forward_hook(_cudnn_rnn_rule)])
 
@@ -175,6 +205,7 @@ def remove() -> None:
     if _installed:
         mode, *hooks = _installed
         mode.__exit__(None, None, None)
+        torch.Generator = CPU_GENERATOR
         for hook in hooks:
             hook.remove()
         _installed.clear()

@@ -51,13 +51,15 @@ def minilm_path() -> Path:
     return folder
 
 
-_checked: set[tuple[str, int, float]] = set()  # weight files already hashed in this process
+_checked: set[tuple] = set()  # weight files already hashed in this process, by path and stat
 
 
 def check_weights(path: Path) -> None:
     """Refuse weights whose sha256 is not WEIGHTS_SHA256 (another version, or a damaged file)."""
     stat = path.stat() if path.exists() else None
-    key = (str(path), stat.st_size, stat.st_mtime) if stat else None
+    # any rewrite changes the size, the modification time or the change time (ctime, which a
+    # copy that keeps the old mtime still moves), so a file that changed is hashed again
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) if stat else None
     if key in _checked:
         return
     got = digest(path) if stat else "no such file"

@@ -55,7 +55,7 @@ def _plain(value):
 
 
 def save_results(run: Run, notebook: str, metrics: dict, sizes: dict | None = None,
-                 results_dir: Path | None = None) -> Path | None:
+                 results_dir: str | Path | None = None) -> Path | None:
     """Record a full run's metrics (name -> number) and dataset sizes; skipped in fast mode.
 
     Written to `results_dir` if given, else to RESULTS_DIR under the runner, else LOCAL_DIR.
@@ -98,14 +98,14 @@ def _target_dir() -> Path:
     return RESULTS_DIR if os.environ.get(RECORD_ENV, "").strip() == "1" else LOCAL_DIR
 
 
-def load_results(notebook: str, results_dir: Path | None = None) -> dict | None:
+def load_results(notebook: str, results_dir: str | Path | None = None) -> dict | None:
     """The whole record of another notebook's last full run ("metrics", "dataset_sizes",
-    "wall_time_s", ...), or None if it has none."""
-    path = (results_dir or RESULTS_DIR) / f"{notebook}.json"
+    "wall_time_s", ...), or None if it has none. `results_dir` may be a string, as in `save_results`."""
+    path = Path(results_dir or RESULTS_DIR) / f"{notebook}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def load_metrics(notebook: str, results_dir: Path | None = None) -> dict | None:
+def load_metrics(notebook: str, results_dir: str | Path | None = None) -> dict | None:
     """Metrics of another notebook's last full run (e.g. baselines to beat), or None if absent."""
     record = load_results(notebook, results_dir)
     return None if record is None else record["metrics"]

@@ -41,6 +41,9 @@ def available_devices() -> list[str]:
     return (["cuda"] if cuda else []) + cuda[1:] + (["mps"] if mps and mps.is_available() else []) + ["cpu"]
 
 
+DEVICE_ALIASES = {"gpu": "cuda", "nvidia": "cuda", "apple": "mps", "metal": "mps"}  # what people type
+
+
 def get_device() -> torch.device:
     """CUDA if present, then Apple MPS, then the CPU; `SEQ_DEVICE=cpu` (any case) forces one.
 
@@ -54,12 +57,15 @@ def get_device() -> torch.device:
     try:
         device = torch.device(forced)
     except RuntimeError:
-        raise ValueError(f"SEQ_DEVICE={forced!r} is not a device name; this machine has "
+        kind, colon, index = forced.partition(":")
+        meant = DEVICE_ALIASES.get(kind)
+        hint = f"; for a GPU torch says {meant + colon + index!r}" if meant else ""
+        raise ValueError(f"SEQ_DEVICE={forced!r} is not a device name{hint}; this machine has "
                          f"{', '.join(have)} (unset SEQ_DEVICE to pick the first)") from None
     usable = (device.type in ("cpu", "meta")
               or (device.type == "cuda" and torch.cuda.is_available()
                   and (device.index or 0) < torch.cuda.device_count())
-              or (device.type == "mps" and "mps" in have))
+              or (device.type == "mps" and "mps" in have and (device.index or 0) == 0))  # one MPS device
     if not usable:
         raise ValueError(f"SEQ_DEVICE={forced!r}, but this machine has no such device; it has "
                          f"{', '.join(have)} (unset SEQ_DEVICE to pick the first)")

@@ -452,6 +452,9 @@ def serve(out: Path = OUT, port: int = 8000) -> None:
     import functools
     import http.server
 
+    if not (out / "index.html").exists():  # else every page would be a silent 404
+        raise SystemExit(f"no built site in {out} (no index.html): run `python -m utils.site build"
+                         + (f" --out {out}" if out != OUT else "") + "` first")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
         print(f"serving {out} on http://127.0.0.1:{port}/ (Ctrl-C stops)")

@@ -121,13 +121,15 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
     batches   a loader re-read every epoch, or an endless iterator (random batches; no epochs)
     budget    `epochs` or `updates`, optionally capped by `seconds` of training; `seconds`
               alone only where wall time is the lesson
-    schedule  lr = base lr x schedule(update, progress), set before each update; or a
-              `torch.optim.lr_scheduler.LRScheduler`, stepped after each update
+    schedule  lr = base lr x schedule(update, progress), set before each update (the base
+              rates go back into the optimizer at the end, so a second `fit` starts from them);
+              or a `torch.optim.lr_scheduler.LRScheduler`, stepped after each update
     clip      clip the gradient norm to this value (and log the norm before clipping)
     precision "fp32", or "bf16"/"fp16" autocast on the model's device ("fp16" with a loss scaler)
     validate  model -> {name: value}: run every `eval_every` updates (None: after every epoch),
               and at the end; logged with a "val_" prefix. `val_loader` validates with `step`.
     keep_best ("val_acc", "max") or ("val_loss", "min"): restore the best validated weights
+              (a NaN validation never counts as the best)
     on_gradients, on_update  model -> dict of diagnostics (or None), called after clipping and
               after the optimizer step; their values are logged per update
     log_every print every k-th validation (and the last); None: print nothing
@@ -156,38 +158,44 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
         if log_every and (len(log["eval_update"]) % log_every == 0 or budget.spent()):
             print(budget.describe(stats))
 
-    while not budget.spent():
-        seen = 0
-        for batch in batches:
-            if budget.spent():
-                break
-            seen, start = seen + 1, time.perf_counter()
-            if callable(schedule):  # a function of (update, progress); LRSchedulers step below
-                for group, base in zip(optimizer.param_groups, base_lrs):
-                    group["lr"] = base * schedule(budget.done, budget.progress())
-            model.train()
-            with autocast(model, precision):
-                out = step(model, to_device(batch, device))
-            stats = _update(model, optimizer, scaler, out["loss"], clip, on_gradients)
-            if isinstance(schedule, torch.optim.lr_scheduler.LRScheduler):
-                schedule.step()
-            stats.update((on_update and on_update(model)) or {})
-            budget.tick(time.perf_counter() - start)
-            since.add(out)
-            items += int(out["n"])
-            _append(log, stats)
-            bar.update()
-            if not math.isfinite(stats["loss"]):
-                budget.stopped = True  # a non-finite loss: nothing sensible follows
-            elif eval_every and budget.done % eval_every == 0:
-                run_validation()
-        else:  # the loader ran to its end: one epoch
-            if seen == 0:
-                raise ValueError("the batch source produced no batches: is the dataset empty?")
-            budget.epochs_done += 1
-            if eval_every is None:
-                run_validation()
-    bar.close()
+    try:
+        while not budget.spent():
+            seen = 0
+            for batch in batches:
+                if budget.spent():
+                    break
+                seen, start = seen + 1, time.perf_counter()
+                if callable(schedule):  # a function of (update, progress); LRSchedulers step below
+                    for group, base in zip(optimizer.param_groups, base_lrs):
+                        group["lr"] = base * schedule(budget.done, budget.progress())
+                model.train()
+                with autocast(model, precision):
+                    out = step(model, to_device(batch, device))
+                stats = _update(model, optimizer, scaler, out["loss"], clip, on_gradients)
+                if isinstance(schedule, torch.optim.lr_scheduler.LRScheduler):
+                    schedule.step()
+                stats.update((on_update and on_update(model)) or {})
+                budget.tick(time.perf_counter() - start)
+                since.add(out)
+                items += int(out["n"])
+                _append(log, stats)
+                bar.update()
+                if not math.isfinite(stats["loss"]):
+                    budget.stopped = True  # a non-finite loss: nothing sensible follows
+                elif eval_every and budget.done % eval_every == 0:
+                    run_validation()
+            else:  # the loader ran to its end: one epoch
+                if seen == 0:
+                    raise ValueError("the batch source produced no batches: is the dataset empty?")
+                budget.epochs_done += 1
+                if eval_every is None:
+                    run_validation()
+    finally:
+        bar.close()
+        if callable(schedule):  # give the optimizer its own rates back (after an interrupt too),
+            # so a second `fit` schedules from the same base, not from the last scheduled rate
+            for group, base in zip(optimizer.param_groups, base_lrs):
+                group["lr"] = base
     if not log["eval_update"] or log["eval_update"][-1] != budget.done:
         run_validation()  # the final model, unless it was just validated
     if best is not None:
@@ -249,6 +257,8 @@ def _keep_best(model, log, keep_best, best):
     if key not in log:
         raise ValueError(f"keep_best names {key!r}, but validation logged {sorted(k for k in log if k.startswith('val_'))}")
     score = log[key][-1] if mode == "max" else -log[key][-1]
+    if not math.isfinite(score):  # a NaN validation is never best (NaN > x is always False)
+        score = -math.inf
     if best is None or score > best[0]:
         best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()}, log["eval_update"][-1])
     return best
