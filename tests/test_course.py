@@ -368,3 +368,24 @@ def test_displayed_sources_are_current(path):
         assert "".join(outputs[0]).strip() == source_of(*args).strip(), (
             f"{path.name}: the output of {call} is older than the code in utils; "
             f"run `python -m utils.show notebooks/{path.name}`")
+
+
+def test_the_setup_cell_names_the_fix_when_utils_is_not_the_courses(tmp_path):
+    """Without the package installed, the first cell after set-up failed with a bare
+    `ModuleNotFoundError: No module named 'utils'`; `utils` is also a name other packages use.
+    Off Colab the set-up cell now checks which `utils` the kernel finds and names the fix."""
+    import subprocess
+
+    source = course.setup_cell_source("03_recurrent_neural_networks")
+    shadow = tmp_path / "elsewhere" / "utils"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    cases = {"": "it finds no package named utils",  # -S -I: no site-packages, no current folder
+             f"import sys; sys.path.insert(0, {str(shadow.parent)!r})\n": "another package named utils"}
+    for prefix, message in cases.items():
+        run = subprocess.run([sys.executable, "-S", "-I", "-c", prefix + source], capture_output=True,
+                             text=True, cwd=tmp_path)
+        assert run.returncode == 1 and "ModuleNotFoundError" in run.stderr, run.stderr
+        assert message in run.stderr and "run `pip install -e .`" in run.stderr
+    ok = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout == ok.stderr == "", ok.stderr  # installed: silent

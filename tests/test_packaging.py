@@ -38,3 +38,39 @@ def test_an_old_python_is_refused_before_pip_downloads_anything(monkeypatch):
     monkeypatch.setattr(sys, "version_info", (3, 9, 18, "final", 0))
     with pytest.raises(SystemExit, match="This course needs Python 3.10 or newer"):
         runpy.run_path(str(ROOT / "setup.py"))
+
+
+def test_the_quick_start_installs_the_cpu_wheel_first_and_names_the_same_python_everywhere():
+    """`pip install -r requirements.txt` alone pulls PyPI's CUDA torch (several GB) on a Linux
+    laptop: the CPU path installs the CPU wheel first; README and site say the same floor."""
+    from utils.site import RUNNING
+
+    readme = (ROOT / "README.md").read_text()
+    cpu = [ln for ln in readme.splitlines() if "download.pytorch.org/whl/cpu" in ln and "requirements.txt" in ln]
+    assert len(cpu) == 1 and cpu[0].index("whl/cpu") < cpu[0].index("-r requirements.txt")
+    assert any(ln.startswith("python3 -m venv") and "whl/cpu" not in ln and "requirements.txt" in ln
+               for ln in readme.splitlines()), "the GPU path: PyPI's default torch"
+    assert RUNNING.index("whl/cpu") < RUNNING.index("-r requirements.txt")
+    floor = project_field("requires-python").removeprefix(">=")
+    assert f"Python {floor} or newer" in readme and f"Python {floor} or newer" in RUNNING
+
+
+def test_citation_file_agrees_with_the_package_and_the_repository():
+    """CITATION.cff (validated with `cffconvert --validate` when written) names the same
+    repository as utils.course.REPO_URL, the package's version and its license."""
+    from utils.course import REPO_URL
+
+    cff = (ROOT / "CITATION.cff").read_text()
+    field = lambda name: re.search(rf'^{name}: "?([^"\n]*)"?$', cff, re.M)[1]  # noqa: E731
+    assert field("cff-version") == "1.2.0" and field("repository-code") == REPO_URL
+    assert field("version") == project_field("version") and field("license") == project_field("license")
+
+
+def test_sync_rewrites_the_citations_repository(tmp_path, monkeypatch):
+    from utils import course
+
+    citation = tmp_path / "CITATION.cff"
+    citation.write_text((ROOT / "CITATION.cff").read_text())
+    monkeypatch.setattr(course, "REPO_URL", "https://github.com/a-fork/sequence-models")
+    course.sync_citation(citation)
+    assert 'repository-code: "https://github.com/a-fork/sequence-models"' in citation.read_text()

@@ -67,10 +67,13 @@ def colab_badge(notebook: str) -> str:
 
 def setup_cell_source(notebook: str) -> str:
     """First code cell of a notebook (name like "03_recurrent_neural_networks"): on Colab it
-    clones the course and installs it; elsewhere it does nothing."""
+    clones the course and installs it; elsewhere it checks that `import utils` finds the
+    course's package (not nothing, not another package of that common name) and says how to
+    fix it, instead of a bare ModuleNotFoundError in the next cell."""
     return f'''{SETUP_MARKER} clone the course, install its requirements, make `import utils` work.
-# Elsewhere this cell does nothing. On Colab it prints how long this notebook takes; for a
-# quick run, add a cell with `%env SEQ_FAST=1` below this one and run it before the rest.
+# Elsewhere this cell only checks that the course's `utils` is installed. On Colab it prints how
+# long this notebook takes; for a quick run, add a cell with `%env SEQ_FAST=1` below this one
+# and run it before the rest.
 import sys
 
 if "google.colab" in sys.modules:
@@ -89,7 +92,18 @@ if "google.colab" in sys.modules:
         sys.path.insert(0, folder)  # this kernel imports the clone's utils
     from utils.course import colab_install
 
-    colab_install(folder, "{notebook}")'''
+    colab_install(folder, "{notebook}")
+else:  # your own machine: `pip install -e .` (in requirements.txt) makes the course importable
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("utils")
+    origin = spec.origin if spec else None
+    if not (origin and os.path.exists(os.path.join(os.path.dirname(origin), "course.py"))):
+        found = "no package named utils" if spec is None else f"another package named utils ({{origin}})"
+        raise ModuleNotFoundError(f"This kernel's Python cannot import the course's `utils`: it finds "
+                                  f"{{found}}. In the repository folder run `pip install -e .` with "
+                                  f"this Python ({{sys.executable}}), then restart the kernel.")'''
 
 
 def colab_requirements(text: str) -> list[str]:
@@ -223,6 +237,15 @@ def sync(path: Path) -> None:
         index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
         nb.cells.insert(index, nbformat.v4.new_code_cell(setup_cell_source(path.stem)))
     nbformat.write(nb, path)
+
+
+CITATION = REPO_ROOT / "CITATION.cff"
+
+
+def sync_citation(citation: Path = CITATION) -> None:
+    """Rewrite the `repository-code` line of CITATION.cff from REPO_URL."""
+    text = citation.read_text()
+    citation.write_text(re.sub(r'^repository-code: .*$', f'repository-code: "{REPO_URL}"', text, flags=re.M))
 
 
 # ---------------------------------------------------------------------------- the runner
@@ -383,7 +406,8 @@ def main(argv: list[str]) -> int:
     if command == "sync":
         for p in paths:
             sync(p)
-        print(f"synced {len(paths)} notebooks with {REPO_URL}")
+        sync_citation()
+        print(f"synced {len(paths)} notebooks and CITATION.cff with {REPO_URL}")
         return 0
     found = [msg for p in paths for msg in problems(p)]
     print("\n".join(found) or f"{len(paths)} notebooks agree with {REPO_URL}")

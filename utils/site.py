@@ -162,10 +162,14 @@ def _results_table(gpu: bool = False) -> str:
 RUNNING = """\
 ## How to run it
 
-**Locally** (Python 3.10-3.13), from a clone of the repository:
+**Locally** (Python 3.10 or newer), from a clone of the repository. Without an NVIDIA GPU,
+install PyTorch's CPU build first (the `pip install torch` line), so pip does not fetch the
+multi-GB CUDA build that is PyPI's default on Linux; with one, leave that line out:
 
 ```bash
-python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements.txt
+python3 -m venv .venv && . .venv/bin/activate
+pip install torch --index-url https://download.pytorch.org/whl/cpu
+pip install -r requirements.txt
 jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks
 ```
 
