@@ -55,6 +55,18 @@ def test_every_exercise_has_a_marked_executed_solution(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_metadata_is_what_jupyterlab_writes(path):
+    """Solution code cells carry `collapsed` beside `outputs_hidden`, and the kernelspec is
+    ipykernel's, as JupyterLab writes them (tests/test_jupyterlab.py saves each in JupyterLab)."""
+    assert meta.update(path, ("solutions", "kernel"), write=False) == [], APPLY
+    nb = _read(path)
+    assert nb.metadata.kernelspec == meta.KERNELSPEC
+    for cell in nb.cells:
+        hidden = cell.metadata.get("jupyter", {}).get("outputs_hidden", False)
+        assert cell.metadata.get("collapsed", False) == (cell.cell_type == "code" and hidden)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_every_cell_has_slide_metadata(path):
     nb = _read(path)
     types = [c.metadata.get("slideshow", {}).get("slide_type") for c in nb.cells]

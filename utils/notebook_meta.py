@@ -8,13 +8,16 @@ run it after re-running a notebook:
    where a solution's `**k.**` marker starts), so every section and every solution begins a
    cell of its own; the text itself is unchanged;
 2. solutions: the cells under the "Solutions" heading get the tag `solution` and open collapsed
-   in JupyterLab (`jupyter.source_hidden`, `jupyter.outputs_hidden`);
+   in JupyterLab (`jupyter.source_hidden`, `jupyter.outputs_hidden`, and on code cells the
+   `collapsed` flag JupyterLab writes beside it);
 3. slides: every cell gets a RISE / reveal.js slide type (`slideshow.slide_type`): each `##`
    section a slide, `###` sections, solutions and long stretches sub-slides, training cells
    fragments, the Colab setup cell skipped;
-4. run time: the header's "**Run time:**" line is written from `notebooks/results/NN_topic.json`.
+4. run time: the header's "**Run time:**" line is written from `notebooks/results/NN_topic.json`;
+5. kernel: the kernelspec JupyterLab writes for ipykernel's `python3`, so that opening and
+   saving a notebook in JupyterLab leaves it byte-identical (`tests/test_jupyterlab.py`).
 
-`solutions`, `slides` and `runtime` do one step each (the first two split cells first);
+`solutions`, `slides`, `runtime` and `kernel` do one step each (the first two split cells first);
 `check` lists what `apply` would change and exits 1 if anything; `student [--out DIR]`
 writes the student edition: copies whose solutions are placeholders without outputs.
 """
@@ -151,11 +154,13 @@ def tag_solutions(nb) -> None:
         tags = [t for t in meta.get("tags", []) if t != SOLUTION_TAG]
         hidden = {k: v for k, v in meta.get("jupyter", {}).items()
                   if k not in ("source_hidden", "outputs_hidden")}
+        meta.pop("collapsed", None)
         if i in inside:
             tags.append(SOLUTION_TAG)
             hidden["source_hidden"] = True
             if cell["cell_type"] == "code":
                 hidden["outputs_hidden"] = True
+                meta["collapsed"] = True  # JupyterLab writes the old flag beside outputs_hidden
         for key, value in (("tags", tags), ("jupyter", hidden)):
             if value:
                 meta[key] = value
@@ -255,11 +260,22 @@ def set_run_time(nb, name: str, results: Path = RESULTS) -> None:
     first["source"] = "\n\n".join(paras)
 
 
+# ---------------------------------------------------------------------------- kernel
+# What JupyterLab writes when it saves a notebook whose kernel is ipykernel's `python3`: the same
+# here, so opening and saving a notebook leaves the file as it was (git status stays clean).
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def set_kernelspec(nb) -> None:
+    nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
+
+
 # ---------------------------------------------------------------------------- commands
 STEPS = {
     "solutions": lambda nb, name: (normalize_cells(nb), tag_solutions(nb)),
     "slides": lambda nb, name: (normalize_cells(nb), set_slides(nb)),
     "runtime": lambda nb, name: set_run_time(nb, name),
+    "kernel": lambda nb, name: set_kernelspec(nb),
 }
 
 
@@ -336,7 +352,7 @@ def notebook_paths(names: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: python -m utils.notebook_meta {apply|solutions|slides|runtime|check} [NB ...]\n"
+    usage = ("usage: python -m utils.notebook_meta {apply|solutions|slides|runtime|kernel|check} [NB ...]\n"
              "       python -m utils.notebook_meta student [--out DIR] [NB ...]")
     if not argv or argv[0] not in (*STEPS, "apply", "check", "student"):
         print(__doc__ + "\n" + usage)

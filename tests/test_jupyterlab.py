@@ -1,0 +1,111 @@
+"""Notebooks git leaves alone: opening a notebook in JupyterLab and letting it save leaves the
+file byte-identical, so a student's `git status` stays clean and `git pull` does not conflict.
+
+JupyterLab 4 once added `"collapsed": true` to every solution cell and its own kernel name to
+the metadata; `python -m utils.notebook_meta apply` now writes both as JupyterLab does. The
+test opens every notebook in a real JupyterLab, driven by headless Chromium, saves it (Ctrl+S,
+as autosave would), and compares the bytes; and it round-trips each one through JupyterLab's
+contents API (GET, then PUT of the same model).
+"""
+
+import json
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from chromium import Browser, find_chromium
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHROMIUM = find_chromium()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(port: int, path: str, body: dict | None = None) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/{path}", method="PUT" if body else "GET",
+                                     data=json.dumps(body).encode() if body else None,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 over copies of the committed notebooks."""
+    root = tmp_path_factory.mktemp("lab")
+    for path in NOTEBOOKS:
+        shutil.copy(path, root / path.name)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
+         "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _api(port, "status")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start") from None
+                time.sleep(0.5)
+        yield root, port
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def _as_saved_here(committed: bytes) -> bytes:
+    """The committed file, with the Python version a kernel here reports (JupyterLab writes the
+    running kernel's `language_info.version`; the committed runs record theirs)."""
+    recorded = json.loads(committed)["metadata"]["language_info"]["version"]
+    return committed.replace(f'"version": "{recorded}"'.encode(),
+                             f'"version": "{platform.python_version()}"'.encode())
+
+
+def test_a_round_trip_through_the_contents_api_changes_no_byte(lab):
+    root, port = lab
+    for path in NOTEBOOKS:
+        model = _api(port, f"contents/{path.name}?content=1")
+        _api(port, f"contents/{path.name}", {"type": "notebook", "format": "json", "content": model["content"]})
+        assert (root / path.name).read_bytes() == path.read_bytes(), f"{path.name} changed"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_opening_and_saving_in_jupyterlab_changes_no_byte(lab):
+    root, port = lab
+    browser = Browser(CHROMIUM)
+    try:
+        for path in NOTEBOOKS:
+            saved = root / path.name
+            before = saved.stat().st_mtime_ns
+            browser.goto(f"http://127.0.0.1:{port}/lab/tree/{path.name}?reset", settle=1)
+            browser.wait_for("document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length > 3", timeout=90)
+            time.sleep(2)  # the kernel connects and the model settles, as before an autosave
+            for kind in ("keyDown", "keyUp"):  # Ctrl+S
+                browser.send("Input.dispatchKeyEvent", type=kind, modifiers=2, key="s", code="KeyS",
+                             windowsVirtualKeyCode=83)
+            deadline = time.monotonic() + 30
+            while saved.stat().st_mtime_ns == before:
+                assert time.monotonic() < deadline, f"JupyterLab did not save {path.name}"
+                time.sleep(0.2)
+            time.sleep(0.5)  # the write is complete
+            assert saved.read_bytes() == _as_saved_here(path.read_bytes()), (
+                f"{path.name} changed when JupyterLab saved it: run `python -m utils.notebook_meta apply`")
+    finally:
+        browser.close()
