@@ -242,6 +242,31 @@ def test_slide_deck_in_a_browser(browser, server, shots):
     _offline_and_clean(browser, server)
 
 
+SLIDE_FITS = """(() => { const s = Reveal.getCurrentSlide();
+    const frame = document.querySelector('.reveal .slides').getBoundingClientRect();
+    return s.scrollHeight <= s.clientHeight + 1 && s.getBoundingClientRect().height <= frame.height + 1; })()"""
+LINK_VISIBLE = """(() => { const r = document.querySelector('a.course-home').getBoundingClientRect();
+    return r.top >= 0 && r.bottom <= innerHeight && r.height > 0; })()"""
+
+
+def test_every_slide_fits_its_frame_and_the_way_back_is_visible(browser, server):
+    """Deck 07 once had 8 of 77 slides taller than the slide (a heatmap cut off, the title
+    slide's goals clipped), and the "back to the notebook page" link sat below the viewport
+    (its CSS never applied). Every slide of every deck, as a presenter steps through it."""
+    for path in NOTEBOOKS:
+        _visit(browser, server, f"slides/{path.stem}.slides.html")
+        browser.wait_for("typeof Reveal !== 'undefined' && Reveal.isReady()")
+        browser.eval("MathJax.startup.promise.then(() => true)")  # typeset: the heights are final
+        assert browser.eval(LINK_VISIBLE), f"{path.stem}: the link back is not on screen"
+        slides = browser.eval("Reveal.getSlides().map(s => [Reveal.getIndices(s).h, Reveal.getIndices(s).v || 0])")
+        tall = []
+        for h, v in slides:
+            browser.eval(f"Reveal.slide({h}, {v})")
+            if not browser.eval(SLIDE_FITS):
+                tall.append((h, v))
+        assert not tall, f"{path.stem}: slides (h, v) taller than the frame: {tall}"
+
+
 def test_serving_before_a_build_says_to_build_first(tmp_path):
     """`python -m utils.site serve` with nothing built served 404s without a word."""
     from utils.site import main
