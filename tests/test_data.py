@@ -65,11 +65,12 @@ def test_offline_error_names_file_url_and_setting(tmp_path):
 
 
 def test_corrupted_local_file_is_reported(tmp_path, monkeypatch):
-    monkeypatch.delenv("SEQ_DATA_DIR", raising=False)
-    (tmp_path / "toy").mkdir()
-    (tmp_path / "toy" / "file.txt").write_bytes(b"half a fi")
+    """In the course's own cache (here tmp_path/data), deleting and downloading again is right."""
+    monkeypatch.setattr(data, "REPO_ROOT", tmp_path)
+    (tmp_path / "data" / "toy").mkdir(parents=True)
+    (tmp_path / "data" / "toy" / "file.txt").write_bytes(b"half a fi")
     with pytest.raises(DataError, match="corrupted.*Delete it and run again"):
-        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"half a file"), root=tmp_path)
+        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"half a file"), root=tmp_path / "data")
 
 
 def test_a_corrupted_file_in_a_mirror_is_not_for_deleting(tmp_path, monkeypatch):
@@ -161,7 +162,7 @@ def test_relative_data_dir_is_read_from_the_repo_root(monkeypatch, tmp_path):
     assert data.data_dir() == tmp_path
 
 
-@pytest.mark.parametrize("setting", ["../shraed/data", "mirror"])
+@pytest.mark.parametrize("setting", ["../shraed/data", "no-such-mirror-folder"])
 def test_a_data_dir_setting_that_names_no_folder_is_refused(monkeypatch, tmp_path, setting):
     """A mistyped SEQ_DATA_DIR was created silently and filled by a fresh download (a relative
     one inside the repository); now it is refused, naming the setting and the path it means."""

@@ -59,15 +59,16 @@ def test_weights_with_another_checksum_are_refused(tmp_path, monkeypatch):
 
 
 def test_weights_replaced_after_a_passed_check_are_checked_again(tmp_path, monkeypatch):
-    """A passed check is remembered per file (path, size, modification time): other weights of
-    the same size written over it later must be hashed again, not trusted by their size."""
+    """A passed check is remembered per file (path, inode, size, modification and change times):
+    other weights of the same size written over it later, even with the old modification time
+    put back, must be hashed again, not trusted by their size."""
     weights = _fake_minilm(tmp_path, monkeypatch, b"weights A")
     monkeypatch.setattr(encoders, "WEIGHTS_SHA256", digest(weights))
     monkeypatch.setattr(encoders, "_checked", set())
     minilm_path()  # passes, and is remembered
     stat = weights.stat()
     weights.write_bytes(b"weights B")  # same size, other bytes
-    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the old mtime: only ctime moved
     with pytest.raises(DataError, match="failed its checksum"):
         minilm_path()
 

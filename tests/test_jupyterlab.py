@@ -96,16 +96,18 @@ def test_opening_and_saving_in_jupyterlab_changes_no_byte(lab):
             before = saved.stat().st_mtime_ns
             browser.goto(f"http://127.0.0.1:{port}/lab/tree/{path.name}?reset", settle=1)
             browser.wait_for("document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length > 3", timeout=90)
-            time.sleep(2)  # the kernel connects and the model settles, as before an autosave
+            # the kernel has connected (it sets language_info), as before any autosave
+            browser.wait_for("!!document.querySelector('.jp-Notebook-ExecutionIndicator[data-status=\"idle\"]')",
+                             timeout=90)
             for kind in ("keyDown", "keyUp"):  # Ctrl+S
                 browser.send("Input.dispatchKeyEvent", type=kind, modifiers=2, key="s", code="KeyS",
                              windowsVirtualKeyCode=83)
-            deadline = time.monotonic() + 30
-            while saved.stat().st_mtime_ns == before:
-                assert time.monotonic() < deadline, f"JupyterLab did not save {path.name}"
+            expected, deadline = _as_saved_here(path.read_bytes()), time.monotonic() + 30
+            while not (saved.stat().st_mtime_ns != before and saved.read_bytes() == expected):
+                if time.monotonic() > deadline:  # saved (maybe half-written a moment ago), and different
+                    assert saved.stat().st_mtime_ns != before, f"JupyterLab did not save {path.name}"
+                    assert saved.read_bytes() == expected, (
+                        f"{path.name} changed when JupyterLab saved it: run `python -m utils.notebook_meta apply`")
                 time.sleep(0.2)
-            time.sleep(0.5)  # the write is complete
-            assert saved.read_bytes() == _as_saved_here(path.read_bytes()), (
-                f"{path.name} changed when JupyterLab saved it: run `python -m utils.notebook_meta apply`")
     finally:
         browser.close()

@@ -51,7 +51,7 @@ def test_metrics_become_plain_numbers_in_place(tmp_path):
 def test_committed_outputs_show_no_numpy_scalar_reprs():
     """What a student reads: no `np.float64(...)` in any committed output."""
     for path in sorted((results.REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
             for out in cell.get("outputs", []):
                 text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
                 assert not re.search(r"np\.(float|int)\d+\(", text), f"{path.name} cell {i} shows {text[:80]!r}"
@@ -247,8 +247,8 @@ def test_parse_and_agree_at_the_printed_precision():
 
 
 def _record_and_notebook(path):
-    metrics = json.loads(path.read_text())["metrics"]
-    notebook = json.loads((results.RESULTS_DIR.parent / f"{path.stem}.ipynb").read_text())
+    metrics = json.loads(path.read_text(encoding="utf-8"))["metrics"]
+    notebook = json.loads((results.RESULTS_DIR.parent / f"{path.stem}.ipynb").read_text(encoding="utf-8"))
     numbers = {k: v for k, v in metrics.items()  # non-finite values are stored as strings
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return numbers, notebook

@@ -238,12 +238,16 @@ def test_checkpoint_extras_with_numpy_scalars_load(tmp_path):
 
 def test_keep_best_never_keeps_a_nan_validation():
     """NaN > x is always False: a first NaN validation once stayed "best" for the whole run."""
-    scores = iter([float("nan"), 0.3, 0.2])
+    scores, weights = iter([float("nan"), 0.2, 0.3]), []
+
+    def validate(m):
+        weights.append(m.weight.detach().clone())
+        return {"loss": next(scores)}
+
     model = nn.Linear(3, 2)
     log = fit(model, _random_batches(), _step, torch.optim.SGD(model.parameters(), lr=0.1), updates=3,
-              validate=lambda m: {"loss": next(scores)}, eval_every=1, keep_best=("val_loss", "min"),
-              log_every=None)
-    assert log["best_update"] == 3
+              validate=validate, eval_every=1, keep_best=("val_loss", "min"), log_every=None)
+    assert log["best_update"] == 2 and torch.equal(model.weight, weights[1])
 
 
 def test_a_second_fit_on_the_same_optimizer_schedules_from_the_same_base():

@@ -100,7 +100,8 @@ else:  # your own machine: `pip install -e .` (in requirements.txt) makes the co
     spec = importlib.util.find_spec("utils")
     origin = spec.origin if spec else None
     if not (origin and os.path.exists(os.path.join(os.path.dirname(origin), "course.py"))):
-        found = "no package named utils" if spec is None else f"another package named utils ({{origin}})"
+        where = origin or ", ".join(spec.submodule_search_locations or []) if spec else ""
+        found = f"another package named utils ({{where}})" if spec else "no package named utils"
         raise ModuleNotFoundError(f"This kernel's Python cannot import the course's `utils`: it finds "
                                   f"{{found}}. In the repository folder run `pip install -e .` with "
                                   f"this Python ({{sys.executable}}), then restart the kernel.")'''
@@ -345,7 +346,7 @@ RUN_HEADER_MODE = re.compile(r"^mode\s*: (full|fast)\b", re.M)  # utils.settings
 
 def stored_mode(path: Path) -> str | None:
     """The mode ("full" or "fast") of the run whose outputs `path` stores, from its run header."""
-    for cell in json.loads(path.read_text()).get("cells", []):
+    for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
         for out in cell.get("outputs", []):
             match = RUN_HEADER_MODE.search("".join(out.get("text", "")))
             if match:

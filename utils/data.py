@@ -159,7 +159,7 @@ def _repair_advice(remote: Remote, root: Path) -> str:
     """What to do about a bad file under `root`: in the course's own cache, delete it and
     download it again; in a folder SEQ_DATA_DIR names (perhaps a mirror others share), deleting
     is not ours to do: repair that copy, or use the course's cache instead."""
-    if os.environ.get("SEQ_DATA_DIR", "").strip():
+    if Path(root).resolve() != (REPO_ROOT / "data").resolve():
         return (f"The copy in {root} (SEQ_DATA_DIR) is corrupted or incomplete. If others share "
                 f"that folder, restore '{remote.path}' there from {remote.url} (sources and "
                 "checksums: data/README.md); or unset SEQ_DATA_DIR to download a copy into the "

@@ -59,22 +59,22 @@ RECURRENT = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 
 
 DEVICE_GETTER, GRAD_GETTER = torch.Tensor.device.__get__, torch.Tensor.grad.__get__
-CPU_GENERATOR = torch.Generator  # the real class; `install` puts a tracking subclass in its place
+CPU_GENERATOR = torch.Generator  # the real class; `install` puts TrackedGenerator in its place
 
 
-def _tracking_generator(target: torch.device) -> type:
-    """`torch.Generator` that remembers whether it was made for `target` (a generator made with
-    device="cpu:0" reports "cpu", so the device alone cannot tell)."""
-    class Generator(CPU_GENERATOR):
-        def __new__(cls, device="cpu"):
-            generator = super().__new__(cls, device=device)
-            generator.on_run_device = torch.device(device) == target
-            return generator
+class TrackedGenerator(CPU_GENERATOR):
+    """`torch.Generator` while the check is installed: it remembers whether it was made for
+    run.device (one made with device="cpu:0" reports "cpu", so the device alone cannot tell) and
+    reports run.device then, as a GPU generator would."""
 
-        @property
-        def device(self) -> torch.device:  # as a GPU generator would say
-            return target if self.on_run_device else CPU_GENERATOR.device.__get__(self)
-    return Generator
+    def __new__(cls, device="cpu"):
+        generator = super().__new__(cls, device=device)
+        generator.on_run_device = bool(_installed) and torch.device(device) == _installed[0].target
+        return generator
+
+    @property
+    def device(self) -> torch.device:
+        return _installed[0].target if getattr(self, "on_run_device", False) else CPU_GENERATOR.device.__get__(self)
 
 
 class _Check(TorchFunctionMode):
@@ -195,7 +195,7 @@ def install(device: torch.device) -> None:
         return
     mode = _Check(torch.device(device))
     mode.__enter__()  # active for the rest of the session
-    torch.Generator = _tracking_generator(mode.target)
+    torch.Generator = TrackedGenerator
     _installed.extend([mode, nn.modules.module.register_module_forward_pre_hook(_module_placed),
                        nn.modules.module.register_module_forward_hook(_cudnn_rnn_rule)])
 

@@ -57,8 +57,8 @@ _checked: set[tuple] = set()  # weight files already hashed in this process, by 
 def check_weights(path: Path) -> None:
     """Refuse weights whose sha256 is not WEIGHTS_SHA256 (another version, or a damaged file)."""
     stat = path.stat() if path.exists() else None
-    # any rewrite changes the size, the modification time or the change time (ctime, which a
-    # copy that keeps the old mtime still moves), so a file that changed is hashed again
+    # a rewrite changes the size, the modification time or (on POSIX) the change time, which a
+    # copy that puts the old mtime back still moves, so a file that changed is hashed again
     key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) if stat else None
     if key in _checked:
         return
