@@ -189,3 +189,32 @@ def test_tiny_attention_overfit():
         loss.backward()
         opt.step()
     assert loss.item() < 0.2
+
+
+# ---------------------------------------------------------------------------- query spread
+def test_query_spread_is_zero_for_columns_and_one_minus_1_over_t_for_a_permutation():
+    from utils.attention import query_spread
+    T = 5
+    columns = torch.softmax(torch.randn(1, 1, 1, T), -1).expand(2, 3, T, T)  # every row the same
+    reversal = torch.eye(T).flip(1)[None, None]  # query t on key T-1-t
+    torch.testing.assert_close(query_spread(columns), torch.zeros(2, 3))
+    torch.testing.assert_close(query_spread(reversal), torch.full((1, 1), 1 - 1 / T))
+
+
+def test_query_spread_ignores_padded_queries():
+    from utils.attention import query_spread
+    T = 4
+    w = torch.eye(T).flip(1)[None, None].repeat(2, 1, 1, 1)  # (2, 1, T, T)
+    w[1, 0, 2:] = 1 / T  # rows of two padded queries: garbage that must not count
+    mask = torch.tensor([[True] * T, [True, True, False, False]])
+    spread = query_spread(w, mask)
+    # the second map's two real rows put all weight on keys 3 and 2: each is 1/2 from their mean row
+    torch.testing.assert_close(spread, torch.tensor([[1 - 1 / T], [0.5]]))
+
+
+def test_query_spread_refuses_a_map_that_is_not_self_attention_or_a_wrong_mask():
+    from utils.attention import query_spread
+    with pytest.raises(ValueError, match=r"\(B, nh, T, T\)"):
+        query_spread(torch.rand(2, 1, 3, 4))
+    with pytest.raises(ValueError, match="True on real tokens"):
+        query_spread(torch.rand(2, 1, 3, 3), torch.ones(2, 3))

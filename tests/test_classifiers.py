@@ -291,3 +291,13 @@ def test_nb_weighted_bag_is_naive_bayes_log_ratios_under_a_linear_layer():
     assert bag_step(model, (ids, offsets, labels))["n"] == 4 and len(SparseBatches(X, y, 3, True)) == 2
     meta = NBWeightedBag(r).to("meta")
     assert meta(ids.to("meta"), offsets.to("meta")).shape == (4, 2)
+
+
+def test_the_tfidf_baseline_reads_pre_tokenized_text_as_it_is():
+    from utils.classifiers import tfidf_logistic_regression
+    texts = ["great film !", "awful film .", "great cast , great plot", "awful , awful plot"] * 3
+    labels = [1, 0, 1, 0] * 3
+    model = tfidf_logistic_regression().fit(texts, labels)
+    vocab = model[0].vocabulary_
+    assert "!" in vocab and "great film" in vocab  # split on spaces only: punctuation is a word
+    assert list(model.predict(["great plot", "awful film"])) == [1, 0]

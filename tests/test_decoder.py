@@ -192,7 +192,7 @@ def test_tied_and_shared_embeddings():
 @pytest.mark.parametrize("shared", [True, False])
 def test_token_embeddings_start_as_large_as_the_positions(cls, shared):
     """Regression: Xavier on the (V, E) token table made sqrt(E)-scaled token vectors (rms 0.25)
-    about 3x smaller than the sinusoidal positions (0.71) for V = 8000, E = 256, and notebook 09
+    about 3x smaller than the sinusoidal positions (0.71) for V = 8000, E = 256, and notebook 10
     trained far slower (BLEU 2.3 against 9.6 after 180 s)."""
     torch.manual_seed(0)
     cfg = TransformerConfig(src_vocab=8000, tgt_vocab=8000, d_model=256, n_heads=8, d_ff=32,
@@ -225,7 +225,7 @@ def test_forward_and_decoding_on_meta_device():
 
 @torch.no_grad()
 def test_cached_decoding_under_bf16_autocast_stays_close_to_recomputation():
-    # notebook 09 decodes under autocast when it is faster (its fast mode may never take that
+    # notebook 10 decodes under autocast when it is faster (its fast mode may never take that
     # path): the cache must still work there, equal to recomputation up to bfloat16 rounding
     model = tiny_model()
     src, src_mask, _ = batch()

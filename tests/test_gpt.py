@@ -109,7 +109,7 @@ def test_load_from_hf_refuses_a_gpt2_configured_otherwise(case):
 
 def test_load_from_hf_near_miss_only_where_asked():
     hf = randomize_(tiny_gpt2())  # GPT-2's small init would hide the activation's effect
-    near = load_from_hf(tiny(activation="gelu"), hf, ignore=("activation",))  # notebook 10's near miss
+    near = load_from_hf(tiny(activation="gelu"), hf, ignore=("activation",))  # notebook 11's near miss
     ours = load_from_hf(tiny(), hf)
     x = torch.randint(0, 11, (2, 9))
     with torch.no_grad():

@@ -143,8 +143,7 @@ PRINTED = re.compile(rf"(?<![\w.])(?:{NUMBER})")
 NOT_PRINTED: dict[str, set[str]] = {
     "03_recurrent_neural_networks": {"char_rnn_train_time_s", "ppl_change_vs_best_ngram_pct"},
     "07_seq2seq_and_attention": {"attention_entropy_share_luong"},
-    "08_transformer_encoder": {"query_spread_imdb"},
-    "10_pretrained_bert_and_gpt": {"gpt_char_tokens"},
+    "11_pretrained_bert_and_gpt": {"gpt_char_tokens"},
 }
 # The cell that builds a notebook's record: it assigns or updates `metrics`, or saves it.
 RECORD_CELL = re.compile(r"^metrics\b\s*(?:=|\|=|\[|\.update)|save_results\(", re.M)

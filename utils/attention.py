@@ -240,7 +240,7 @@ class MultiHeadAttention(nn.Module):
     Q = x_q W_q, K = x_kv W_k, V = x_kv W_v, each (B, ., E) split into nh heads of hs = E / nh:
         head_h = softmax(Q_h K_h^T / sqrt(hs) + mask) V_h            (B, T, hs) for each h
         MHA(x_q, x_kv) = concat(head_1, ..., head_nh) W_o            (B, T, E)
-    Self-attention passes x_q = x_kv = x; cross-attention (notebook 09) passes the encoder
+    Self-attention passes x_q = x_kv = x; cross-attention (notebook 10) passes the encoder
     output as x_kv. Masks act on the scores, before the softmax: `key_mask` (B, S) bool is
     True on real keys (note: `nn.MultiheadAttention`'s key_padding_mask is the opposite, True
     on padding), `causal=True` lets query t see keys up to t only. The weights (B, nh, T, S)
@@ -302,7 +302,7 @@ class MultiHeadAttention(nn.Module):
                 static_kv: bool = False) -> tuple[Tensor, Tensor | None]:
         """x_q (B, T, E), x_kv (B, S, E) (default: x_q) -> (out (B, T, E), weights (B, nh, T, S) or None).
 
-        `cache` (notebook 09) is a dict that this call reads and updates in place:
+        `cache` (notebook 10) is a dict that this call reads and updates in place:
         - self-attention while decoding (static_kv=False): the keys and values of the tokens
           seen so far, cache["k"], cache["v"] (B, nh, S_past, hs); the new ones are appended, so
           x_q holds only the new token(s) and the step costs O(S) instead of recomputing O(S^2).
@@ -354,3 +354,27 @@ class MultiHeadAttention(nn.Module):
         if self.W_o.bias is not None:
             self.W_o.bias.copy_(mha.out_proj.bias)
         return self
+
+
+# ---------------------------------------------------------------------------- reading a map
+def query_spread(weights: Tensor, mask: Tensor | None = None) -> Tensor:
+    """How much *where* a query looks depends on *which* query it is (notebooks 08 and 09).
+
+    For every real query row of a self-attention map, the total-variation distance to the map's
+    mean row, 1/2 sum_s |a_ts - mean_t' a_t's|, averaged over the real queries. weights
+    (B, nh, T, T); mask (B, T), True on real tokens (None: all real) -> (B, nh). 0 when every
+    query looks at the same keys (a map of columns: pooling; a uniform map too), 1 - 1/T for a
+    permutation (every query on its own key).
+    """
+    if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be a self-attention map (B, nh, T, T), got {tuple(weights.shape)}")
+    B, T = weights.shape[0], weights.shape[-1]
+    if mask is None:
+        mask = torch.ones(B, T, dtype=torch.bool, device=weights.device)
+    elif mask.dtype != torch.bool or tuple(mask.shape) != (B, T):
+        raise ValueError(f"mask must be bool (B, T) = {(B, T)}, True on real tokens; got "
+                         f"{mask.dtype} {tuple(mask.shape)}")
+    m = mask.to(weights.dtype)[:, None, :, None]  # (B, 1, T, 1): which rows are real queries
+    mean_row = (weights * m).sum(2, keepdim=True) / m.sum(2, keepdim=True)  # (B, nh, 1, T)
+    tv = 0.5 * (weights - mean_row).abs().sum(-1, keepdim=True)  # (B, nh, T, 1)
+    return ((tv * m).sum(2) / m.sum(2)).squeeze(-1)  # (B, nh)

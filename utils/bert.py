@@ -1,4 +1,4 @@
-"""A BERT-style encoder from the course's blocks: masked-LM pre-training and real weights (notebook 10).
+"""A BERT-style encoder from the course's blocks: masked-LM pre-training and real weights (notebook 11).
 
 BERT (Devlin et al. 2019) is the Transformer encoder of notebook 08 with three embeddings
 added, a layer norm on their sum, and post-LN blocks with exact GELU:

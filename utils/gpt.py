@@ -1,4 +1,4 @@
-"""A decoder-only language model (GPT), built from the course's encoder blocks (notebook 10).
+"""A decoder-only language model (GPT), built from the course's encoder blocks (notebook 11).
 
 A GPT is a stack of Transformer blocks whose self-attention is causal: position t sees the
 tokens 1..t only, so the output at t can be trained to predict token t+1 (no cross-attention,
@@ -53,7 +53,7 @@ class GPTConfig:
     tie_weights: bool = True  # the output layer reuses the token table W_e (Press & Wolf 2017)
     sdpa: bool = True  # fused attention (F.scaled_dot_product_attention) unless weights are asked
     fused_norm: bool = True  # layer norm through F.layer_norm: the same function, one fused kernel
-    block: str = "standard"  # "standard": LN placed by norm_first; "rezero": no LN (notebook 12)
+    block: str = "standard"  # "standard": LN placed by norm_first; "rezero": no LN (notebook 13)
     embed_norm: bool = False  # a layer norm on the summed embeddings (BERT's): the stream starts at size sqrt(E)
 
     def __post_init__(self) -> None:
@@ -211,7 +211,7 @@ def decoding_step(model: GPT):
     """A `step(prefix, state)` for `utils.decoding`: log-probabilities of the next token.
 
     The GPT rereads its (cropped) context at every step; state is unused (None). A key/value
-    cache would avoid that recomputation (notebook 09 builds one).
+    cache would avoid that recomputation (notebook 10 builds one).
     """
     def step(prefix: Tensor, state):
         logits = model(prefix[:, -model.cfg.block_size:])  # (B, t, V)
@@ -311,7 +311,7 @@ def adamw(model: nn.Module, lr: float, weight_decay: float, fused: bool = False)
 
     `fused=True` updates each parameter in one kernel instead of about ten small ones (the same
     rule): on a CPU that saves a few milliseconds per update for a model of many small tensors
-    (notebook 11's ViT). It needs a torch and a device with the fused kernel (CUDA; CPU from
+    (notebook 12's ViT). It needs a torch and a device with the fused kernel (CUDA; CPU from
     torch 2.4); elsewhere the usual implementation runs.
     """
     if fused:

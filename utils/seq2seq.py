@@ -1,6 +1,6 @@
 """Sequence-to-sequence translation: the Multi30k pipeline and recurrent encoder-decoders.
 
-Pipeline (notebooks 07 and 09 use it unchanged):
+Pipeline (notebooks 07 and 10 use it unchanged):
 - `load_translation_data` reads Multi30k (de -> en by default), trains a cased subword (BPE)
   tokenizer per language on the TRAINING split only (or one shared tokenizer), and encodes
   every split. The tokenizer's decoder gives back detokenized text, so model outputs can be
@@ -10,7 +10,7 @@ Pipeline (notebooks 07 and 09 use it unchanged):
 - `evaluate_translation` decodes a split (greedy or beam) and reports BLEU (the course's
   `utils.metrics.corpus_bleu`, headline and lowercased variants) and perplexity;
 - `piece_classes` and `cross_attention_stats` measure what a Transformer's cross-attention
-  heads do on known alignment points (notebook 09).
+  heads do on known alignment points (notebook 10).
 
 Models: an `Encoder` (GRU, optionally bidirectional) and four decoders, all behind one
 `EncoderDecoder` that any "translator" in the course imitates:
