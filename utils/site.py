@@ -191,13 +191,6 @@ JupyterLab; static reveal.js decks are linked from each page. **Exercises**: try
 """
 
 
-def _count_in_words(n: int) -> str:
-    """12 -> "Twelve": the landing page counts the notebooks it lists (it once said "Twelve" for 13)."""
-    words = ("Zero One Two Three Four Five Six Seven Eight Nine Ten Eleven Twelve Thirteen Fourteen Fifteen "
-             "Sixteen Seventeen Eighteen Nineteen Twenty").split()
-    return words[n] if n < len(words) else str(n)
-
-
 def landing_page(paths: list[Path]) -> str:
     import nbformat
 
@@ -224,8 +217,8 @@ def landing_page(paths: list[Path]) -> str:
 
 ## Learning path
 
-{_count_in_words(len(paths))} notebooks in teaching order. Each one lists what it builds on; "full run" is
-the wall time of the committed run (full mode, CPU), from `notebooks/results/`.
+{len(paths)} notebooks in teaching order. Each one lists what it builds on; "full run" is the
+wall time of the committed run (full mode, CPU), from `notebooks/results/`.
 
 {chr(10).join(rows)}
 
