@@ -1,5 +1,7 @@
 """Tests of the Transformer decoder (utils.transformer) and the key/value cache (utils.attention)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from helpers import keep_mask, randomize_
@@ -203,6 +205,47 @@ def test_token_embeddings_start_as_large_as_the_positions(cls, shared):
         assert 0.95 < tokens.std().item() < 1.05
     if not shared:  # the untied output layer keeps Xavier
         assert model.out.weight.std().item() < 0.05
+
+
+def test_both_model_classes_start_their_attention_projections_alike():
+    """Regression: `build` ran Xavier over nn.MultiheadAttention's fused (3E, E) in_proj_weight,
+    so the nn.Transformer reference of notebook 10 started with Q/K/V 1/sqrt(2) as large as ours
+    (std 0.0625 against 0.0884 at E = 128): the two trained from different initializations."""
+    E = 128
+    cfg = TransformerConfig(src_vocab=50, tgt_vocab=50, d_model=E, n_heads=4, d_ff=64,
+                            n_enc_layers=2, n_dec_layers=2)
+    torch.manual_seed(0)
+    ours, ref = Transformer(cfg), TorchTransformer(cfg)
+    xavier_std = (2 / (E + E)) ** 0.5  # uniform on +-sqrt(6 / (E + E)): std sqrt(2 / (2E))
+    q_k_v_ours = [p for n, p in ours.named_parameters() if n.endswith(("W_q.weight", "W_k.weight", "W_v.weight"))]
+    q_k_v_ref = [part for n, p in ref.named_parameters() if n.endswith("in_proj_weight") for part in p.chunk(3)]
+    assert len(q_k_v_ours) == len(q_k_v_ref) == 3 * (2 + 2 * 2)  # self-attn per block, cross-attn per decoder block
+    for w in q_k_v_ours + q_k_v_ref:
+        assert w.shape == (E, E) and abs(w.std().item() / xavier_std - 1) < 0.03
+    # and the projection biases start at 0 in both (nn.Linear's default would draw them)
+    biases = [p for n, p in ours.named_parameters() if "attn.W_" in n and n.endswith(".bias")]
+    biases += [p for n, p in ref.named_parameters() if n.endswith(("in_proj_bias", "out_proj.bias"))]
+    assert len(biases) == 4 * 6 + 2 * 6 and all((b == 0).all() for b in biases)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_load_from_torch_copies_the_whole_model(shared):
+    cfg = TransformerConfig(src_vocab=40, tgt_vocab=40, d_model=16, n_heads=4, d_ff=32, n_enc_layers=2,
+                            n_dec_layers=2, dropout=0.0, norm_first=True, share_embeddings=shared,
+                            tie_output=shared)
+    torch.manual_seed(0)
+    ref = TorchTransformer(cfg).eval()
+    torch.manual_seed(1)
+    ours = Transformer(cfg).eval()
+    src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 5))
+    mask = torch.arange(7)[None] < torch.tensor([7, 5, 2])[:, None]
+    with torch.no_grad():
+        before = (ours(src, mask, tgt) - ref(src, mask, tgt)).abs().max().item()
+        ours.load_from_torch(ref)
+        after = (ours(src, mask, tgt) - ref(src, mask, tgt)).abs().max().item()
+    assert before > 0.1 and after < 1e-5
+    with pytest.raises(ValueError, match="norm_first"):
+        Transformer(replace(cfg, norm_first=False)).load_from_torch(TorchTransformer(replace(cfg, norm_first=False)))
 
 
 def test_base_model_parameter_count():

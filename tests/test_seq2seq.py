@@ -1,6 +1,5 @@
 """Tests of utils.seq2seq: the translation pipeline and the recurrent encoder-decoders."""
 
-import math
 
 import pytest
 import torch
@@ -10,22 +9,22 @@ from utils.seq2seq import (
     DECODERS,
     EOS_ID,
     PAD_ID,
-    PIECE_CLASSES,
     SOS_ID,
     EncoderDecoder,
     Seq2SeqConfig,
     TranslationCollate,
     bleu_scores,
     cross_attention_stats,
-    head_sums,
     ids_to_text,
     is_punctuation,
     load_translation_data,
     make_loader,
     make_step,
-    piece_classes,
+    piece_words,
     reverse_padded,
     train_subword_tokenizer,
+    translation_lexicon,
+    word_alignments,
 )
 
 TEXTS = ["A man rides a bike.", "Two dogs play in the snow!", "A woman, smiling, reads.",
@@ -217,39 +216,64 @@ def test_is_punctuation_drops_the_word_marker():
     assert not any(is_punctuation(p) for p in ("▁in", "s", "▁", "▁3", "▁Frisbee"))
 
 
-def test_piece_classes_punctuation_frequent_content():
+def test_piece_words_joins_pieces_and_drops_punctuation():
     tok = train_subword_tokenizer(TEXTS, vocab_size=80)
-    pairs = [([], tok.encode(t)) for t in ("A man rides a bike.", "A man reads.", "A dog.")]
-    classes = piece_classes(tok, pairs, k=2)  # the two most frequent target pieces: "▁A" and "."
-    cls = {tok.id_to_token(i): PIECE_CLASSES[c] for i, c in enumerate(classes.tolist()) if c >= 0}
-    assert cls["."] == cls[","] == "punctuation"  # "." is frequent too: punctuation comes first
-    assert cls["▁A"] == "frequent" and cls["▁man"] == cls["▁dog"] == "content"
-    assert classes[:4].tolist() == [-1] * 4  # specials
+    ids = tok.encode("A man rides a bike.")
+    words = piece_words(ids, tok)
+    assert [w for w, _ in words] == ["A", "man", "rides", "a", "bike"]
+    assert [p for _, pos in words for p in pos] == list(range(len(ids) - 1))  # every piece but "."
+    assert piece_words([0, 2, *ids, 3], tok)[0][1] == [2]  # specials belong to no word
 
 
-def test_head_sums_on_hand_made_weights():
-    batch = TranslationCollate()([([5, 6, 7], [6, 9])])  # tgt_out = 6, 9, <eos>: 6 is in the source once
-    W = torch.zeros(1, 1, 2, 3, 3)  # (L, B, nh, T, S)
-    W[..., 0, :, 1] = 1.0  # head 1 looks at source position 1 (the "6") on every row
-    W[..., 1, :, :] = 1 / 3  # head 2 is uniform
-    classes = torch.full((20,), 2)
-    out = head_sums(W, batch, classes)
-    assert out["points"].tolist() == [0, 0, 1] and out["rows"] == 3
-    assert torch.allclose(out["copy"][2, 0], torch.tensor([1.0, 1 / 3]))
-    assert torch.allclose(out["last"][0], torch.tensor([0.0, 1.0]))  # summed over the 3 rows
-    assert torch.allclose(out["entropy"][0], torch.tensor([0.0, 3 * math.log(3)]), atol=1e-5)
+def test_translation_lexicon_and_word_alignments():
+    tok = train_subword_tokenizer(["Der Hund läuft.", "Der Hund schläft.", "Der Ball.", "The dog runs.",
+                                   "The dog sleeps.", "The ball.", "Boston 2"], vocab_size=120)
+    enc = lambda de, en: (tok.encode(de), tok.encode(en))  # noqa: E731
+    pairs = [enc("Der Hund läuft.", "The dog runs."), enc("Der Hund schläft.", "The dog sleeps."),
+             enc("Der Hund.", "The dog."), enc("Der Ball.", "The ball.")]
+    lexicon = translation_lexicon(pairs, tok, min_count=2, min_dice=0.5, skip_frequent=0)
+    assert lexicon["hund"] == "dog" and lexicon["der"] == "the" and "läuft" not in lexicon  # once: too rare
+    assert translation_lexicon(pairs, tok, min_count=2, skip_frequent=1).get("der") != "the"  # "the" skipped
+    src, tgt = enc("Ein Hund in Boston läuft.", "A dog runs in Boston.")
+    words_src, words_tgt = piece_words(src, tok), piece_words(tgt, tok)
+    found = {(next(w for w, p in words_tgt if p == pos), words_src[k][0])
+             for pos, k in word_alignments(src, tgt, tok, lexicon)}
+    assert found == {("dog", "Hund"), ("Boston", "Boston")}  # "in" is identical but not a name
+    src2, tgt2 = enc("Hund und Hund.", "A dog.")
+    assert word_alignments(src2, tgt2, tok, lexicon) == []  # "Hund" twice: no point
 
 
-def test_cross_attention_stats_shapes_and_ranges():
-    from utils.transformer import Transformer, TransformerConfig
+class _DiagonalHeads(torch.nn.Module):
+    """A stand-in decoder with hand-made cross-attention: head 1 uniform over the real source
+    pieces, head 2 puts target position t on source position t (a perfect monotone aligner)."""
 
-    torch.manual_seed(0)
-    model = Transformer(TransformerConfig(src_vocab=20, tgt_vocab=20, d_model=16, n_heads=2, d_ff=32,
-                                          n_enc_layers=1, n_dec_layers=2, dropout=0.0))
-    pairs = [([5, 6, 7, 8], [6, 9, 8]), ([5, 7], [12, 7, 14, 15]), ([8, 6, 5], [9, 5])]
-    classes = torch.tensor([-1] * 4 + [0, 1] + [2] * 14)  # piece 5 "frequent", 6.. "content"
-    stats = cross_attention_stats(model, pairs, classes, batch_size=2)
-    assert stats["copy"].shape == (3, 2, 2) and stats["last"].shape == stats["entropy"].shape == (2, 2)
-    assert stats["points"].tolist() == [0, 1, 3] and stats["rows"] == 4 + 5 + 3  # 5 | 6, 8, 7
-    assert ((stats["copy"] >= 0) & (stats["copy"] <= 1)).all()
-    assert (stats["entropy"] <= math.log(4) + 1e-5).all()  # at most uniform over 4 source pieces
+    def __init__(self):
+        super().__init__()
+        self.dummy = torch.nn.Parameter(torch.zeros(1))  # model_device reads a parameter
+
+    def encode(self, src, src_mask):
+        return src_mask, []
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=False):
+        B, T, S = tgt_in.shape[0], tgt_in.shape[1], src_mask.shape[1]
+        uniform = src_mask[:, None, :].float().expand(B, T, S)
+        uniform = uniform / uniform.sum(-1, keepdim=True)
+        diagonal = torch.eye(T, S)[None].expand(B, T, S)
+        return None, {"cross": [torch.stack([uniform, diagonal], 1)]}  # one layer: (B, nh=2, T, S)
+
+
+def test_cross_attention_stats_on_hand_made_heads():
+    tok = train_subword_tokenizer(["x Boston Denver", "y Boston Denver"], vocab_size=60)
+    src, tgt = tok.encode("x Boston Denver"), tok.encode("y Boston Denver")
+    assert len(src) == len(tgt)  # same pieces at the same positions: the diagonal aligns them
+    pairs = [(src, tgt), (tok.encode("x"), tok.encode("y"))]  # the second pair has no point
+    stats = cross_attention_stats(_DiagonalHeads(), pairs, tok, {}, batch_size=1)
+    assert stats["points"] == 2  # Boston and Denver: identical names, not sentence-initial
+    n_words = len(piece_words(src, tok))
+    assert stats["chance_hit"] == pytest.approx(1 / n_words)
+    assert stats["weight"][0, 0].item() == pytest.approx(stats["chance_weight"])  # uniform = chance
+    assert stats["weight"][0, 1].item() == pytest.approx(1.0) and stats["hit"][0, 1].item() == 1.0
+    assert stats["rows"] == sum(len(t) + 1 for _, t in pairs)  # every target piece and <eos>
+    assert stats["entropy"][0, 1].item() == pytest.approx(0.0, abs=1e-6)
+    assert stats["weight_reading"][0, 1].item() == 0.0  # the reading rows sit one word later
+    assert stats["diagonal_hit"] == 1.0  # same word order on both sides

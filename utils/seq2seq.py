@@ -9,8 +9,8 @@ Pipeline (notebooks 07 and 10 use it unchanged):
   with padding masks;
 - `evaluate_translation` decodes a split (greedy or beam) and reports BLEU (the course's
   `utils.metrics.corpus_bleu`, headline and lowercased variants) and perplexity;
-- `piece_classes` and `cross_attention_stats` measure what a Transformer's cross-attention
-  heads do on known alignment points (notebook 10).
+- `translation_lexicon`, `word_alignments` and `cross_attention_stats` measure what a
+  Transformer's cross-attention heads do on whole words whose translation is known (notebook 10).
 
 Models: an `Encoder` (GRU, optionally bidirectional) and four decoders, all behind one
 `EncoderDecoder` that any "translator" in the course imitates:
@@ -603,9 +603,6 @@ def split_perplexity(model: nn.Module, pairs, batch_size: int = 200,
 
 
 # ---------------------------------------------------------------------------- reading cross-attention
-PIECE_CLASSES = ("punctuation", "frequent", "content")
-
-
 def is_punctuation(piece: str) -> bool:
     """True for a piece made only of punctuation or symbol characters once the word marker "▁"
     is dropped: ".", ",", "-", "'", "▁(" (Unicode categories P* and S*)."""
@@ -613,60 +610,128 @@ def is_punctuation(piece: str) -> bool:
     return bool(text) and all(unicodedata.category(c)[0] in "PS" for c in text)
 
 
-def piece_classes(tok: BPETokenizer, pairs, k: int = 50) -> Tensor:
-    """(V,) long: every piece id's class, an index into PIECE_CLASSES (-1 for the specials).
+def piece_words(ids, tok: BPETokenizer) -> list[tuple[str, list[int]]]:
+    """The whole words of a piece sequence: [(word, positions of its pieces)]. A piece that
+    starts with "▁" opens a word and the pieces after it continue it; punctuation pieces and
+    specials belong to no word: ["▁Schne", "em", "obil", "."] -> [("Schneemobil", [0, 1, 2])]."""
+    words, open_word = [], False
+    for pos, i in enumerate(ids):
+        piece = tok.id_to_token(i)
+        if i < len(SPECIALS) or is_punctuation(piece):
+            open_word = False
+        elif piece.startswith("▁") or not open_word:
+            words.append((piece.lstrip("▁"), [pos]))
+            open_word = True
+        else:
+            words[-1] = (words[-1][0] + piece, words[-1][1] + [pos])
+    return [(w, pos) for w, pos in words if w]  # a lone "▁" before punctuation is no word
 
-    0 punctuation (`is_punctuation`); 1 frequent: otherwise one of the `k` most frequent target
-    pieces of `pairs` (pass the TRAINING split: "▁a", "▁in", "s", ...); 2 content: the rest
-    (names, numbers, rarer words and their pieces).
+
+def translation_lexicon(pairs, tok: BPETokenizer, min_count: int = 20, min_dice: float = 0.5,
+                        skip_frequent: int = 50) -> dict[str, str]:
+    """Word pairs the parallel data make obvious: {source word: target word}, lowercased.
+
+    Over the sentence pairs of `pairs` (pass the TRAINING split), every source word seen in at
+    least `min_count` of them gets the target word with the highest Dice coefficient
+    2 c(s, t) / (c(s) + c(t)) (c counts sentence pairs), kept if it reaches `min_dice`. Target
+    words among the `skip_frequent` most common ("a", "in", "man", ...) and one-letter words are
+    left out: they occur several times or everywhere, so they make poor alignment points.
     """
-    counts = collections.Counter(i for _, tgt in pairs for i in tgt)
-    classes = torch.full((tok.vocab_size,), 2, dtype=torch.long)  # (V,)
-    classes[[i for i, _ in counts.most_common(k)]] = 1
-    classes[[i for i in range(tok.vocab_size) if is_punctuation(tok.id_to_token(i))]] = 0
-    classes[: len(SPECIALS)] = -1
-    return classes
+    c_src, c_tgt, c_pair = collections.Counter(), collections.Counter(), collections.Counter()
+    for src, tgt in pairs:
+        s = {w.lower() for w, _ in piece_words(src, tok) if len(w) > 1}
+        t = {w.lower() for w, _ in piece_words(tgt, tok) if len(w) > 1}
+        c_src.update(s)
+        c_tgt.update(t)
+        c_pair.update((a, b) for a in s for b in t)
+    skip = {w for w, _ in c_tgt.most_common(skip_frequent)}
+    best = {}  # source word -> (dice, target word)
+    for (a, b), n in c_pair.items():
+        if c_src[a] >= min_count and b not in skip:
+            dice = 2 * n / (c_src[a] + c_tgt[b])
+            if dice > best.get(a, (0.0, ""))[0]:
+                best[a] = (dice, b)
+    return {a: b for a, (dice, b) in best.items() if dice >= min_dice}
 
 
-def head_sums(W: Tensor, batch: TranslationBatch, classes: Tensor) -> dict:
-    """Sums behind `cross_attention_stats` for one batch: W (L, B, nh, T, S) cross-attention
-    weights teacher-forced on `batch`, classes (V,) -> {"copy": (C, L, nh), "points": (C,),
-    "last": (L, nh), "entropy": (L, nh), "rows": int}, all on W's device."""
-    C = len(PIECE_CLASSES)
-    real = batch.tgt_out != PAD_ID  # (B, T)
-    last = F.one_hot(batch.src_mask.sum(1) - 1, batch.src.shape[1]).to(W.dtype)  # (B, S)
-    same = (batch.tgt_out[:, :, None] == batch.src[:, None, :]) & batch.src_mask[:, None, :]  # (B, T, S)
-    point = (same.sum(-1) == 1) & (batch.tgt_out >= len(SPECIALS))  # (B, T): an alignment point
-    cls = F.one_hot(classes[batch.tgt_out].clamp_min(0), C).to(W.dtype) * point[..., None]  # (B, T, C)
-    on_copy = (W * same[None, :, None]).sum(-1)  # (L, B, nh, T): weight on the copied piece
-    on_last = (W * last[None, :, None, None]).sum(-1)  # (L, B, nh, T)
-    entropy = -(W.clamp_min(1e-9).log() * W).sum(-1)  # (L, B, nh, T), nats
-    per_row = lambda v: (v * real[None, :, None]).sum((1, 3))  # noqa: E731  (L, nh)
-    return {"copy": torch.einsum("lbht,btc->clh", on_copy, cls), "points": cls.sum((0, 1)),
-            "last": per_row(on_last), "entropy": per_row(entropy), "rows": int(real.sum())}
+def word_alignments(src_ids, tgt_ids, tok: BPETokenizer, lexicon: dict[str, str]) -> list[tuple]:
+    """Whole-word alignment points of one sentence pair: [(target piece positions, source word
+    index)], with the source's words from `piece_words`. A target word is aligned to a source
+    word when both occur once in their sentence and the pair is in `lexicon` (lowercased) or
+    the two are the same name or number (identical, with a digit or a capital letter, neither
+    at the start of its sentence: "Boston", "2"). Target words with no such partner, or with
+    two candidates, are left out."""
+    src, tgt = piece_words(src_ids, tok), piece_words(tgt_ids, tok)
+    n_src = collections.Counter(w.lower() for w, _ in src)
+    n_tgt = collections.Counter(w.lower() for w, _ in tgt)
+
+    def partner(j, v, i, w):
+        if len(w) < 2 or n_src[w.lower()] != 1:
+            return False
+        name = w == v and i > 0 and j > 0 and any(c.isdigit() or c.isupper() for c in w)
+        return name or lexicon.get(w.lower()) == v.lower()
+
+    points = []
+    for j, (v, tgt_pos) in enumerate(tgt):
+        if n_tgt[v.lower()] == 1:
+            found = [i for i, (w, _) in enumerate(src) if partner(j, v, i, w)]
+            if len(found) == 1:
+                points.append((tgt_pos, found[0]))
+    return points
 
 
 @torch.no_grad()
-def cross_attention_stats(model: nn.Module, pairs, classes: Tensor, batch_size: int = 100) -> dict:
+def cross_attention_stats(model: nn.Module, pairs, tok: BPETokenizer, lexicon: dict[str, str],
+                          batch_size: int = 100) -> dict:
     """How each cross-attention head spends its weight, teacher-forced on the targets of `pairs`.
 
-    model: a `utils.transformer.Transformer` (its `decode` returns the maps). An ALIGNMENT POINT
-    is a target position whose piece tgt_out_t (not a special) occurs exactly once in its
-    source: with a shared vocabulary the source position it comes from is known. Returns, on
-    the CPU, {"copy": (C, L, nh) mean weight on that source piece over the points of each class
-    of `classes` (see `piece_classes`), "points": (C,) points per class, "last": (L, nh) mean
-    weight on the last source piece and "entropy": (L, nh) mean entropy (nats), both over all
-    real target positions, "rows": their number}.
+    model: a `utils.transformer.Transformer` (its `decode` returns the maps). For every aligned
+    word pair of `word_alignments`, the rows of the target word's pieces (the positions that
+    predict them) are averaged and their weight summed over each source word's pieces. Returns,
+    on the CPU: "weight" (L, nh) mean weight on the aligned source word; "hit" (L, nh) share of
+    aligned words whose most-weighted source word is the aligned one; "weight_reading" and
+    "hit_reading", the same for the rows one later (those that READ the word's pieces);
+    "chance_weight", the weight uniform attention gives the aligned word, and "chance_hit",
+    the hit rate of a random source word; "diagonal_hit", that of the source word at the
+    target word's relative position (a monotone guess); "points" the number of aligned words;
+    "last" (L, nh) mean weight on the last source piece and "entropy" (L, nh) mean entropy
+    (nats), both over all real target positions; "rows" their number.
     """
     model.eval()
-    device, total = model_device(model), {}
+    device = model_device(model)
+    total = collections.defaultdict(float)
     for i in range(0, len(pairs), batch_size):
-        bt = TranslationCollate()(pairs[i: i + batch_size]).to(device)
+        chunk = pairs[i: i + batch_size]
+        bt = TranslationCollate()(chunk).to(device)
         memory = model.encode(bt.src, bt.src_mask)[0]  # (B, S, E)
         maps = model.decode(bt.tgt_in, memory, bt.src_mask, need_weights=True)[1]["cross"]
-        sums = head_sums(torch.stack(maps).float(), bt, classes.to(device))  # W (L, B, nh, T, S)
-        total = {k: total.get(k, 0) + (v.cpu() if torch.is_tensor(v) else v) for k, v in sums.items()}
-    points = total["points"]
-    return {"copy": total["copy"] / points.clamp_min(1)[:, None, None], "points": points.long(),
-            "last": total["last"] / total["rows"], "entropy": total["entropy"] / total["rows"],
-            "rows": total["rows"]}
+        W = torch.stack(maps).float().cpu()  # (L, B, nh, T, S)
+        real = (bt.tgt_out != PAD_ID).cpu()  # (B, T)
+        n_src = bt.src_mask.sum(1).cpu()  # (B,)
+        last = F.one_hot(n_src - 1, W.shape[-1]).to(W.dtype)  # (B, S)
+        total["last"] = total["last"] + ((W * last[None, :, None, None]).sum(-1) * real[None, :, None]).sum((1, 3))
+        entropy = -(W.clamp_min(1e-9).log() * W).sum(-1)  # (L, B, nh, T)
+        total["entropy"] = total["entropy"] + (entropy * real[None, :, None]).sum((1, 3))
+        total["rows"] += int(real.sum())
+        for b, (src_ids, tgt_ids) in enumerate(chunk):
+            words = [pos for _, pos in piece_words(src_ids, tok)]
+            centres = torch.tensor([(sum(pos) / len(pos) + 0.5) / int(n_src[b]) for pos in words])
+            for tgt_pos, k in word_alignments(src_ids, tgt_ids, tok, lexicon):
+                # rows that predict the word's pieces, and the rows one later that read them
+                for key, at in (("", tgt_pos), ("_reading", [p + 1 for p in tgt_pos])):
+                    rows = W[:, b, :, at].mean(2)  # (L, nh, S): the target word's mean row
+                    per_word = torch.stack([rows[..., pos].sum(-1) for pos in words], -1)  # (L, nh, words)
+                    total["weight" + key] = total["weight" + key] + per_word[..., k]
+                    total["hit" + key] = total["hit" + key] + (per_word.argmax(-1) == k).float()
+                where = (sum(tgt_pos) / len(tgt_pos) + 0.5) / len(tgt_ids)  # the word's relative position
+                total["diagonal_hit"] += int((centres - where).abs().argmin()) == k
+                total["chance_weight"] += len(words[k]) / int(n_src[b])
+                total["chance_hit"] += 1 / len(words)
+                total["points"] += 1
+    points, rows = max(total["points"], 1), total["rows"]
+    return {"weight": total["weight"] / points, "hit": total["hit"] / points,
+            "weight_reading": total["weight_reading"] / points, "hit_reading": total["hit_reading"] / points,
+            "chance_weight": total["chance_weight"] / points, "chance_hit": total["chance_hit"] / points,
+            "diagonal_hit": total["diagonal_hit"] / points,
+            "points": int(total["points"]), "last": total["last"] / rows, "entropy": total["entropy"] / rows,
+            "rows": int(rows)}

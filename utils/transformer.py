@@ -508,8 +508,9 @@ class _TranslatorInterface(nn.Module):
 
     def build(self, cfg: TransformerConfig, make_stacks) -> None:
         """Embeddings (shared if asked), positions, the stacks `make_stacks(cfg)` adds, the
-        output layer; Xavier for the matrices as `nn.Transformer` does, N(0, 1/E) for the token
-        tables, then the optional tie."""
+        output layer; Xavier for the matrices as `nn.Transformer` does (per Q/K/V slice of a fused
+        projection), zero attention-projection biases as `nn.MultiheadAttention` has them,
+        N(0, 1/E) for the token tables, then the optional tie."""
         self.cfg, E = cfg, cfg.d_model
         src_table = nn.Embedding(cfg.src_vocab, E)
         tgt_table = src_table if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, E)
@@ -518,9 +519,17 @@ class _TranslatorInterface(nn.Module):
         self.tgt_embed = ScaledEmbedding(tgt_table, positions, cfg.dropout)
         make_stacks(cfg)
         self.out = nn.Linear(E, cfg.tgt_vocab, bias=False)  # (E -> V)
-        for p in self.parameters():
+        for name, p in self.named_parameters():
             if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
+                # nn.MultiheadAttention fuses W_q, W_k, W_v into one (3E, E) `in_proj_weight`:
+                # Xavier on the fused matrix would start each 1/sqrt(2) as large as our separate
+                # (E, E) matrices. Per slice, both model classes start from the same rule.
+                for part in p.chunk(3) if name.endswith("in_proj_weight") else (p,):
+                    nn.init.xavier_uniform_(part)
+        for m in self.modules():  # nn.MultiheadAttention starts its projection biases at 0: so do we
+            if isinstance(m, MultiHeadAttention) and m.W_q.bias is not None:
+                for linear in (m.W_q, m.W_k, m.W_v, m.W_o):
+                    nn.init.zeros_(linear.bias)
         # Token tables as tensor2tensor's shared embedding/softmax matrix: N(0, 1/E), so a token
         # vector times sqrt(E) has entries of size 1, like the sinusoidal positions (rms 0.71).
         # Xavier on a (V, E) table gives sqrt(2 / (V + E)), 4x smaller for V = 8000 and E = 256
@@ -593,6 +602,23 @@ class Transformer(_TranslatorInterface):
         x, maps = self.decoder(self.tgt_embed(tgt_in, start), memory, src_mask,
                                need_weights=need_weights, caches=caches)  # (B, T, E)
         return self.out(x), maps  # (B, T, V)
+
+    def load_from_torch(self, ref: TorchTransformer) -> Transformer:
+        """Copy every weight of a pre-LN `TorchTransformer` with the same config: the two then
+        compute the same function and can be trained side by side from one start (notebook 10)."""
+        if not self.cfg.norm_first or ref.cfg != self.cfg:
+            raise ValueError("load_from_torch needs a TorchTransformer with this model's config and "
+                             "norm_first=True (post-LN nn.Transformer ends each stack with a layer "
+                             "norm that our post-LN stacks do not have)")
+        with torch.no_grad():  # a tied or shared table is copied onto itself: harmless
+            for mine, theirs in ((self.src_embed.table, ref.src_embed.table),
+                                 (self.tgt_embed.table, ref.tgt_embed.table), (self.out, ref.out)):
+                mine.weight.copy_(theirs.weight)
+        for ours, theirs in ((self.encoder, ref.core.encoder), (self.decoder, ref.core.decoder)):
+            for block, layer in zip(ours.blocks, theirs.layers, strict=True):
+                block.load_from_torch(layer)
+            ours.norm.load_from_torch(theirs.norm)
+        return self
 
 
 class TorchTransformer(_TranslatorInterface):
