@@ -218,3 +218,28 @@ def test_query_spread_refuses_a_map_that_is_not_self_attention_or_a_wrong_mask()
         query_spread(torch.rand(2, 1, 3, 4))
     with pytest.raises(ValueError, match="True on real tokens"):
         query_spread(torch.rand(2, 1, 3, 3), torch.ones(2, 3))
+
+
+def test_head_patterns_read_known_maps_and_ignore_padding():
+    from utils.attention import head_patterns
+
+    T, n = 6, 4  # sentence 0 has 4 real tokens, sentence 1 all 6
+    mask = torch.tensor([[True] * n + [False] * (T - n), [True] * T])
+    prev = torch.zeros(2, T, T)
+    prev[:, 0, 0] = 1.0
+    prev[:, torch.arange(1, T), torch.arange(T - 1)] = 1.0  # every query on the token before it
+    uniform = torch.zeros(2, T, T)
+    uniform[0, :, :n] = 1 / n
+    uniform[1] = 1 / T
+    layer = torch.stack([prev, uniform], 1)  # (B, nh = 2, T, T)
+    layer[0, :, n:] = 9.0  # padded queries: must not count
+    scores = head_patterns([layer, layer], mask)
+    assert set(scores) == {"previous", "next", "itself", "frame", "spread"}
+    assert all(v.shape == (2, 2) for v in scores.values())
+    assert torch.allclose(scores["previous"][:, 0], torch.ones(2))
+    assert torch.allclose(scores["next"][:, 0], torch.zeros(2))
+    uniform_prev = ((n - 1) / n + (T - 1) / T) / (n - 1 + T - 1)  # mean of 1/n and 1/T over queries
+    assert torch.allclose(scores["previous"][0, 1], torch.tensor(uniform_prev))
+    spread = (n * math.log2(n) + T * math.log2(T)) / (n + T)
+    assert torch.allclose(scores["spread"][0, 1], torch.tensor(spread), atol=1e-6)
+    assert torch.allclose(scores["spread"][0, 0], torch.zeros(()), atol=1e-6)

@@ -7,6 +7,7 @@ from utils.bert import (
     BertConfig,
     BertEncoder,
     BertMLM,
+    EpochBatches,
     evaluate_mlm,
     hf_name_map,
     load_state_dict_hf,
@@ -134,3 +135,46 @@ def test_meta_device_forward():
     assert model(ids, keep).shape == (2, 5, 40)
     inputs, labels = mask_tokens(ids, 3, 40)
     assert inputs.device.type == labels.device.type == "meta"
+
+
+def test_epoch_batches_are_true_epochs_seeded_and_trimmed():
+    """Fine-tuning once drew batches with replacement: "one pass" over 2,000 reviews touched
+    1,288 of them. Each epoch must now hold every row exactly once, in a new order."""
+    N, T = 37, 10
+    ids = torch.arange(N * T).view(N, T)
+    lengths = torch.arange(N) % 7 + 2  # real pieces per row, 2..8 of 10
+    mask = torch.arange(T)[None] < lengths[:, None]  # (N, T)
+    labels = torch.arange(N) % 2
+    batches = EpochBatches(ids, mask, labels, batch_size=8, seed=3)
+    assert len(batches) == 5
+    epochs = [[b for b in batches] for _ in range(2)]
+    for epoch in epochs:
+        rows = torch.cat([x[:, 0] // T for x, _, _ in epoch])  # the row each example came from
+        assert sorted(rows.tolist()) == list(range(N)) and [len(y) for _, _, y in epoch] == [8, 8, 8, 8, 5]
+        for x, m, y in epoch:  # shapes agree; only all-padding columns were dropped
+            assert x.shape == m.shape and m.shape[1] == int(lengths[x[:, 0] // T].max())
+            assert torch.equal(y, labels[x[:, 0] // T])
+    first = lambda e: torch.cat([x[:, 0] for x, _, _ in e])  # noqa: E731
+    assert not torch.equal(first(epochs[0]), first(epochs[1]))  # a fresh order per epoch
+    again = EpochBatches(ids, mask, labels, batch_size=8, seed=3)
+    assert torch.equal(first(list(again)), first(epochs[0]))  # the seed fixes the order
+    assert batches.seen == set(range(N))
+    with pytest.raises(ValueError, match="same non-zero length"):
+        EpochBatches(ids, mask, labels[:-1])
+
+
+def test_fit_over_epoch_batches_trains_each_row_once_per_epoch():
+    from utils.train import fit
+
+    N, T = 20, 6
+    ids, mask, labels = torch.randint(5, (N, T)), torch.ones(N, T, dtype=torch.bool), torch.arange(N) % 2
+    model = torch.nn.Embedding(5, 2)
+
+    def step(m, batch):
+        x, _, y = batch
+        return {"loss": torch.nn.functional.cross_entropy(m(x).mean(1), y), "n": len(y)}
+
+    batches = EpochBatches(ids, mask, labels, batch_size=6, seed=0)
+    log = fit(model, batches, step, torch.optim.SGD(model.parameters(), lr=0.1), epochs=3, log_every=None)
+    assert (log["updates"], log["items"], log["epochs"]) == (12, 3 * N, 3.0)
+    assert batches.seen == set(range(N))

@@ -343,7 +343,7 @@ def test_cross_reference_checker_catches_a_wrong_number():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_cross_references_name_the_right_notebook(path):
     rows, wrong = readme_notebook_rows(), []
-    assert len(rows) == 13, "the README table lists notebooks 01-13"
+    assert len(rows) == 14, "the README table lists notebooks 01-14"
     nb = json.loads(path.read_text())
     for cell in nb["cells"]:
         for numbers, context in mention_contexts("".join(cell["source"])):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from utils.ngram import NGramLM
+from utils.ngram import InterpolatedNGramLM, NGramLM
 
 STREAM = np.array([2, 4, 5, 4, 5, 6, 4, 5, 4, 7, 5, 6])  # ids in [0, 8), 2 doubles as <sos>
 
@@ -82,3 +82,32 @@ def test_next_distribution_rejects_out_of_range_context():
     for bad in ([5], [-1]):
         with pytest.raises(ValueError, match="token ids must lie in"):
             lm.next_distribution(bad)
+
+
+def _markov_stream(n, V=6, seed=0):
+    """Ids from a random second-order Markov source: order 3 is the true model."""
+    rng = np.random.default_rng(seed)
+    table = rng.dirichlet(np.full(V, 0.3), size=(V, V))  # P(x_t | x_{t-2}, x_{t-1})
+    out = [0, 1]
+    for _ in range(n):
+        out.append(int(rng.choice(V, p=table[out[-2], out[-1]])))
+    return np.array(out)
+
+
+def test_interpolation_weights_and_held_out_choice():
+    stream = _markov_stream(8000)
+    train, fresh = stream[:6000], stream[6000:]  # one source, unseen text
+    lm = InterpolatedNGramLM(5, vocab_size=6).fit(train)
+    assert np.all(lm.weights >= 0) and math.isclose(lm.weights.sum(), 1.0)
+    assert lm.k in lm.ks and len(lm.models) == 5
+    assert math.isclose(lm.probs(fresh).sum() / len(fresh), lm.probs(fresh).mean())
+    singles = [NGramLM(n, 6, lm.k).fit(train).perplexity(fresh) for n in range(1, 6)]
+    assert lm.perplexity(fresh) <= min(singles) * 1.01  # the mixture is at least as good as any order
+    assert lm.weights[0] < 0.2  # a unigram explains little of a second-order source
+
+
+def test_interpolation_refuses_bad_settings_and_unfitted_use():
+    with pytest.raises(ValueError, match="held_out"):
+        InterpolatedNGramLM(3, 5, held_out=1.0)
+    with pytest.raises(ValueError, match="fit"):
+        InterpolatedNGramLM(3, 5).probs([1, 2])

@@ -133,7 +133,7 @@ def test_vit_train_classifier():
     old, (x, y, xe, ye, model) = OLD["vit_train_classifier"], toy_images()
     log = train_classifier(model, x, y, 12, batch_size=8, lr=3e-3, warmup_steps=3, eval_every=5,
                            x_val=xe, y_val=ye, seed=3)
-    # Since notebook 12's redesign the ViT's AdamW runs fused and the CNN stores channels-last:
+    # Since notebook 13's redesign the ViT's AdamW runs fused and the CNN stores channels-last:
     # the same arithmetic summed in another order, which `agree` allows for (as tight as before).
     assert agree(log["loss"], old["loss"], rel=1e-6)
     assert log["eval_update"] == old["eval_step"] and log["val_acc"] == old["eval_acc"]

@@ -1,4 +1,4 @@
-"""ReZero blocks and the training-stability helpers of notebook 13 (utils.taming)."""
+"""ReZero blocks and the training-stability helpers of notebook 14 (utils.taming)."""
 
 import math
 

@@ -152,7 +152,7 @@ def test_train_classifier_passes_its_shift_to_augment(monkeypatch):
     monkeypatch.setattr(utils.vit, "augment", lambda x, pad, generator=None: pads.append(pad) or x)
     x, y = torch.randn(8, 2, 8, 8), torch.arange(8) % 3
     train_classifier(tiny(), x, y, 3, batch_size=4, warmup_steps=1, pad=3)
-    assert pads == [3, 3, 3]  # notebook 12's recipe sets the shift; it must reach every update
+    assert pads == [3, 3, 3]  # notebook 13's recipe sets the shift; it must reach every update
 
 
 @pytest.mark.parametrize("make", ["vit", "cnn"])
@@ -200,7 +200,7 @@ def test_small_cnn_stem_stride_halves_the_first_maps_and_keeps_every_parameter()
 
 
 def test_small_cnn_docstring_multiply_add_counts():
-    """SmallCNN's docstring quotes 3.7M against 16.4M multiply-adds per image for notebook 12's widths."""
+    """SmallCNN's docstring quotes 3.7M against 16.4M multiply-adds per image for notebook 13's widths."""
     def conv_macs(model):
         total = 0
 

@@ -14,15 +14,15 @@ Modules (each notebook imports what it needs):
 - `utils.gated`: LSTM and GRU from scratch, the open-gate initialization (05)
 - `utils.classifiers`: the IMDB text classifiers, one calling convention, incl. the Transformer classifier (06, 08)
 - `utils.encoders`: the pretrained MiniLM sentence encoder, loaded offline (06)
-- `utils.attention`: score functions, masked softmax, attention pooling, multi-head attention with a key/value cache (07, 08, 09)
-- `utils.seq2seq`: the Multi30k translation pipeline, recurrent encoder-decoders, training and BLEU evaluation (07, 09)
+- `utils.attention`: score functions, masked softmax, attention pooling, multi-head attention with a key/value cache, reading attention heads (07-12)
+- `utils.seq2seq`: the Multi30k translation pipeline, recurrent encoder-decoders, training and BLEU evaluation (07, 10)
 - `utils.decoding`: greedy decoding, beam search and sampling, written once (07)
-- `utils.transformer`: positional encodings, layer norm, feed-forward, encoder and decoder blocks, the encoder-decoder Transformer (08, 09; 10-12 build on it)
-- `utils.schedules`: warm-up + cosine and inverse-square-root learning-rate schedules (08-12)
-- `utils.gpt`: the decoder-only language model, equal to GPT-2 with copied weights, and its training helpers (10)
-- `utils.bert`: the BERT-style encoder that runs the real MiniLM weights, MLM masking (10)
-- `utils.vit`: the Vision Transformer (patches, class token, equal to Hugging Face's ViT with copied weights), the CNN baseline and their training recipe (11)
-- `utils.taming`: training-stability runs (same steps; failed and non-finite runs told apart) and their diagnostics: per-block gradients, layer-norm Jacobian, RAdam's rectification (12)
+- `utils.transformer`: positional encodings, layer norm, feed-forward, encoder and decoder blocks, the encoder-decoder Transformer (08, 09, 10; 11-14 build on it)
+- `utils.schedules`: warm-up + cosine and inverse-square-root learning-rate schedules (05, 10-14)
+- `utils.gpt`: the decoder-only language model, equal to GPT-2 with copied weights, and its training helpers (11)
+- `utils.bert`: the BERT-style encoder that runs the real MiniLM weights, MLM masking, fine-tuning batches in true epochs (12)
+- `utils.vit`: the Vision Transformer (patches, class token, equal to Hugging Face's ViT with copied weights), the CNN baseline and their training recipe (13)
+- `utils.taming`: training-stability runs (same steps; failed and non-finite runs told apart) and their diagnostics: per-block gradients, layer-norm Jacobian, RAdam's rectification (14)
 - `utils.loading`: the configuration check every weight loader (`load_from_torch`, `load_from_hf`) shares
 - `utils.show`: render a `utils` definition's source in a notebook
 - `utils.results`: headline numbers of full runs and the README results table

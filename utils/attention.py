@@ -378,3 +378,26 @@ def query_spread(weights: Tensor, mask: Tensor | None = None) -> Tensor:
     mean_row = (weights * m).sum(2, keepdim=True) / m.sum(2, keepdim=True)  # (B, nh, 1, T)
     tv = 0.5 * (weights - mean_row).abs().sum(-1, keepdim=True)  # (B, nh, T, 1)
     return ((tv * m).sum(2) / m.sum(2)).squeeze(-1)  # (B, nh)
+
+
+def head_patterns(maps: list[Tensor], key_mask: Tensor) -> dict[str, Tensor]:
+    """What each head of an encoder looks at, averaged over every real query of a batch
+    (notebook 12 picks the heads it shows by these numbers).
+
+    maps: one self-attention map (B, nh, T, T) per layer; key_mask (B, T), True on real tokens,
+    padding at the end of each row, whose first and last real tokens frame it ([CLS], [SEP]).
+    -> {pattern: (L, nh)}: the mean weight a query gives to the token before it ("previous"),
+    after it ("next"), to itself ("itself") and to the frame ("frame": first + last token), and
+    the mean entropy of a query's weights in bits ("spread": 0 on one key, log2 n spread evenly
+    over n keys). Padded queries and keys are left out.
+    """
+    A = torch.stack([m.detach().float().cpu() for m in maps])  # (L, B, nh, T, T)
+    parts: dict[str, list[Tensor]] = {k: [] for k in ("previous", "next", "itself", "frame", "spread")}
+    for b, n in enumerate(key_mask.sum(1).tolist()):
+        a, i = A[:, b, :, :n, :n], torch.arange(n)  # (L, nh, n, n): real queries and keys only
+        parts["previous"].append(a[..., i[1:], i[:-1]])  # (L, nh, n - 1)
+        parts["next"].append(a[..., i[:-1], i[1:]])  # (L, nh, n - 1)
+        parts["itself"].append(a[..., i, i])  # (L, nh, n)
+        parts["frame"].append(a[..., 0] + a[..., n - 1])  # (L, nh, n)
+        parts["spread"].append(-(a * a.clamp_min(1e-12).log2()).sum(-1))  # (L, nh, n)
+    return {k: torch.cat(v, -1).mean(-1) for k, v in parts.items()}  # (L, nh) each

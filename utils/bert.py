@@ -1,4 +1,4 @@
-"""A BERT-style encoder from the course's blocks: masked-LM pre-training and real weights (notebook 11).
+"""A BERT-style encoder from the course's blocks: masked-LM pre-training and real weights (notebook 12).
 
 BERT (Devlin et al. 2019) is the Transformer encoder of notebook 08 with three embeddings
 added, a layer norm on their sum, and post-LN blocks with exact GELU:
@@ -11,7 +11,7 @@ Masked language modeling (MLM) trains it: pick 15% of the positions; of those, r
 
 `load_state_dict_hf` reads a Hugging Face `BertModel` state dict (from a live model or from a
 `model.safetensors` file), so the same class runs all-MiniLM-L6-v2 (6 layers, E 384) and
-reproduces `transformers`' hidden states.
+reproduces `transformers`' hidden states. `EpochBatches` feeds fine-tuning in true epochs.
 
 Shapes: B batch, T word pieces, V vocabulary, E = d_model, nh heads, L layers.
 """
@@ -19,6 +19,7 @@ Shapes: B batch, T word pieces, V vocabulary, E = d_model, nh heads, L layers.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,6 +160,38 @@ class SentenceClassifier(nn.Module):
 
         h, _ = self.encoder(ids, key_mask)  # (B, T, E)
         return self.out(self.drop(mean_pool(h, key_mask)))  # (B, n_classes)
+
+
+# ---------------------------------------------------------------------------- fine-tuning batches
+class EpochBatches:
+    """Batches of labelled texts in true epochs, for `utils.train.fit(..., epochs=k)`.
+
+    ids (N, T), key_mask (N, T) bool, labels (N,). Each pass (one `iter`) is a fresh random
+    permutation drawn from a generator seeded once with `seed`, cut into batches of
+    `batch_size` (the last one of a pass may be smaller): sampling *without* replacement, so
+    every row is trained on exactly once per epoch (drawing batches with `randint` instead
+    touches only about 63% of the rows in "one pass"). Columns that are padding in every row of
+    a batch are dropped. `len` is batches per epoch; `seen` holds the distinct rows handed out.
+    """
+
+    def __init__(self, ids: Tensor, key_mask: Tensor, labels: Tensor, batch_size: int = 16,
+                 seed: int = 0) -> None:
+        if not len(ids) == len(key_mask) == len(labels) > 0:
+            raise ValueError(f"ids, key_mask and labels need the same non-zero length, got "
+                             f"{len(ids)}, {len(key_mask)}, {len(labels)}")
+        self.ids, self.key_mask, self.labels = ids, key_mask, labels
+        self.batch_size, self.generator = batch_size, torch.Generator().manual_seed(seed)
+        self.seen: set[int] = set()
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.labels) / self.batch_size)
+
+    def __iter__(self):
+        order = torch.randperm(len(self.labels), generator=self.generator)  # (N,) one epoch
+        for i in order.split(self.batch_size):  # (b,) each row once
+            self.seen.update(i.tolist())
+            keep = int(self.key_mask[i].sum(1).max())  # the longest row's real pieces
+            yield self.ids[i, :keep], self.key_mask[i, :keep], self.labels[i]  # (b, T'), (b, T'), (b,)
 
 
 # ---------------------------------------------------------------------------- MLM masking

@@ -52,8 +52,9 @@ COLAB_IMPORTS = ("datasets", "transformers", "sklearn", "tokenizers", "sacrebleu
 # Measured on a GPU machine (an H200, not Colab's GPUs; notebooks/results/gpu/, 2026-11-27).
 GPU_NOTE = ("On a GPU runtime, notebooks that train on the GPU run many times faster. "
             "Measured on an H200 (far faster than Colab's T4; Colab's GPUs are not measured): "
-            "notebook 10 in full mode in 79 s instead of 27 min on a 2-core CPU, notebook 11 in "
-            "104 s instead of 30 min. Cells with a time budget take as long on any device.")
+            "the translation notebook of that day in full mode in 79 s instead of 27 min on a 2-core "
+            "CPU, and the GPT and BERT notebook that is now notebooks 11 and 12 in 104 s instead of "
+            "30 min. Cells with a time budget take as long on any device.")
 
 
 def colab_url(notebook: str) -> str:

@@ -53,7 +53,7 @@ class GPTConfig:
     tie_weights: bool = True  # the output layer reuses the token table W_e (Press & Wolf 2017)
     sdpa: bool = True  # fused attention (F.scaled_dot_product_attention) unless weights are asked
     fused_norm: bool = True  # layer norm through F.layer_norm: the same function, one fused kernel
-    block: str = "standard"  # "standard": LN placed by norm_first; "rezero": no LN (notebook 13)
+    block: str = "standard"  # "standard": LN placed by norm_first; "rezero": no LN (notebook 14)
     embed_norm: bool = False  # a layer norm on the summed embeddings (BERT's): the stream starts at size sqrt(E)
 
     def __post_init__(self) -> None:
@@ -311,7 +311,7 @@ def adamw(model: nn.Module, lr: float, weight_decay: float, fused: bool = False)
 
     `fused=True` updates each parameter in one kernel instead of about ten small ones (the same
     rule): on a CPU that saves a few milliseconds per update for a model of many small tensors
-    (notebook 12's ViT). It needs a torch and a device with the fused kernel (CUDA; CPU from
+    (notebook 13's ViT). It needs a torch and a device with the fused kernel (CUDA; CPU from
     torch 2.4); elsewhere the usual implementation runs.
     """
     if fused:

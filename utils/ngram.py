@@ -114,3 +114,56 @@ class NGramLM:
             p = self.next_distribution(out)  # (V,)
             out.append(int(rng.choice(self.V, p=p / p.sum())))
         return out[len(context):]
+
+
+class InterpolatedNGramLM:
+    """A linear interpolation of add-k models of orders 1..max_order (Jelinek & Mercer 1980):
+
+        P(x_t | c) = sum_n w_n P_n(x_t | the last n-1 tokens),   w_n >= 0, sum_n w_n = 1.
+
+    `fit` holds out the last `held_out` share of the TRAINING ids: the components are counted on
+    the rest, and k (one of `ks`) and the weights w (by EM, which never lowers the held-out
+    likelihood) are chosen on the held-out part; then the components are recounted on all ids.
+    No validation data is touched. High orders are sharp where their context was seen, low
+    orders cover the rest, so the mixture beats every single order.
+    """
+
+    def __init__(self, max_order: int, vocab_size: int, ks: Sequence[float] = (1e-3, 1e-2, 1e-1, 1.0),
+                 held_out: float = 0.1, bos_id: int = 2, em_steps: int = 100) -> None:
+        if max_order < 1 or not 0 < held_out < 1 or not ks:
+            raise ValueError(f"need max_order >= 1, 0 < held_out < 1 and at least one k, got "
+                             f"max_order={max_order}, held_out={held_out}, ks={ks}")
+        self.orders, self.V, self.ks, self.held_out = range(1, max_order + 1), vocab_size, ks, held_out
+        self.bos_id, self.em_steps = bos_id, em_steps
+        self.models, self.k, self.weights = None, None, None
+
+    def _stack(self, models, ids: np.ndarray) -> np.ndarray:
+        return np.stack([m.probs(ids) for m in models], axis=1)  # (N, orders)
+
+    def fit(self, ids: Sequence[int] | np.ndarray) -> InterpolatedNGramLM:
+        ids = _as_ids(ids, self.V)
+        cut = int(len(ids) * (1 - self.held_out))
+        counts = [NGramLM(n, self.V, 0.0, self.bos_id).fit(ids[:cut]) for n in self.orders]
+        best = None
+        for k in self.ks:
+            P = self._stack([m.with_k(k) for m in counts], ids[cut:])  # (N_held, orders)
+            w = np.full(len(self.orders), 1 / len(self.orders))
+            for _ in range(self.em_steps):  # E: each order's share of every token; M: their means
+                share = P * w
+                w = (share / share.sum(1, keepdims=True)).mean(0)
+            nll = -np.log(P @ w).mean()
+            if best is None or nll < best[0]:
+                best = (nll, k, w)
+        _, self.k, self.weights = best
+        self.models = [NGramLM(n, self.V, self.k, self.bos_id).fit(ids) for n in self.orders]
+        return self
+
+    def probs(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """P(x_t | previous tokens) for every token of `ids`: shape (N,)."""
+        if self.models is None:
+            raise ValueError("call fit(ids) before asking for probabilities")
+        return self._stack(self.models, _as_ids(ids, self.V)) @ self.weights
+
+    def perplexity(self, ids: Sequence[int] | np.ndarray) -> float:
+        """exp(mean NLL per token) of a whole stream of ids."""
+        return math.exp(-np.log(self.probs(ids)).mean())

@@ -47,7 +47,7 @@ def start_of_longer_plan(schedule, updates: int | None, schedule_updates: int):
     """`schedule` (as `fit` takes it) for a run of `updates` that stops early in a plan of
     `schedule_updates`: progress is measured against the longer plan, not against the budget
     actually run. Two runs of different lengths then take the same learning rate at every
-    update they share, and can be compared checkpoint by checkpoint (notebooks 10 and 11)."""
+    update they share, and can be compared checkpoint by checkpoint."""
     if updates is None or not 0 < updates <= schedule_updates:
         raise ValueError(f"schedule_updates ({schedule_updates}) needs updates=... between 1 and it, "
                          f"got updates={updates}")

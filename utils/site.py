@@ -2,7 +2,7 @@
 
 `python -m utils.site build [--out DIR]` renders, without executing anything, into
 `build/site/` (git-ignored):
-- a landing page: what the course teaches, the learning path 01 -> 12 with prerequisites and
+- a landing page: what the course teaches, the learning path 01 -> 14 with prerequisites and
   run times, how to run it (locally, on Colab, offline), the results table;
 - one page per notebook with its stored outputs and figures; solutions sit behind "Show the
   solution" toggles, and every `show_source(...)` cell links to that definition's API entry;
@@ -145,7 +145,7 @@ def _header(nb) -> tuple[str, str]:
 
 
 def _builds_on(prerequisites: str, number: int) -> list[str]:
-    found = {n for n in re.findall(r"\b(0[1-9]|1[0-2])\b", prerequisites) if int(n) < number}
+    found = {n for n in re.findall(r"\b(0[1-9]|1[0-9])\b", prerequisites) if int(n) < number}
     return sorted(found)
 
 

@@ -1,4 +1,4 @@
-"""Taming the Transformer (notebook 13): a fixed-step training run that records what goes wrong,
+"""Taming the Transformer (notebook 14): a fixed-step training run that records what goes wrong,
 and the diagnostics that explain it.
 
 Every arm of the notebook's experiment gets the same number of optimizer steps and the same
@@ -18,7 +18,7 @@ Every run ends in one of three states, counted separately:
     nonfinite  the loss or a weight became inf or nan (a blow-up)
     failed     finite, but the final validation loss is above a threshold `fail_nats` (default
                `FAILED_NATS`, 3.0 nats): the model is stuck near the character-frequency level
-               (the unigram cross-entropy of Tiny Shakespeare, about 3.35 nats); notebook 13
+               (the unigram cross-entropy of Tiny Shakespeare, about 3.35 nats); notebook 14
                measures its own threshold from the unigram and bigram baselines and passes it
     trained    neither
 """
@@ -45,7 +45,7 @@ def make_optimizer(model: nn.Module, name: str, lr: float, betas=(0.9, 0.98),
                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """AdamW or RAdam, both with decoupled weight decay on matrices only (`utils.gpt.decay_groups`).
 
-    The default `weight_decay=0` makes "adamw" plain Adam (and RAdam undecayed): notebook 13's
+    The default `weight_decay=0` makes "adamw" plain Adam (and RAdam undecayed): notebook 14's
     arms differ only in the block, the optimizer's first steps and the schedule."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
@@ -66,7 +66,7 @@ def qkv_grad_norms(model: nn.Module) -> list[float]:
 
 
 def diagnostics(model: nn.Module):
-    """The two `utils.train.fit` hooks that record, per update, what notebook 13 plots:
+    """The two `utils.train.fit` hooks that record, per update, what notebook 14 plots:
     `on_gradients` the Q/K/V and per-block gradient norms (and a copy of the matrices),
     `on_update` the relative size of the step just taken (`update_ratio`)."""
     matrices = [p for p in model.parameters() if p.dim() >= 2]

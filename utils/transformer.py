@@ -1,7 +1,7 @@
 """Transformer building blocks: positional encodings, layer norm, feed-forward, encoder blocks.
 
 One file per idea, nanoGPT-style: each part is short, batch-first, and named after the math of
-notebook 08. Notebooks 10-13 add their parts next to these (the decoder block with causal
+notebook 08. Notebooks 10-14 add their parts next to these (the decoder block with causal
 self-attention and cross-attention, GPT, ViT, ReZero) and reuse the ones here.
 
     x (B, T, E) --+--> [LayerNorm] -> MultiHeadAttention -> dropout --(+)--> ...   one block
@@ -10,7 +10,7 @@ Post-LN (the paper, Vaswani et al. 2017; `norm_first=False`):
     x = LN(x + MHA(x)),         x = LN(x + FFN(x))
 Pre-LN (GPT-2, ViT and most models since; Xiong et al. 2020; `norm_first=True`):
     x = x + MHA(LN(x)),         x = x + FFN(LN(x))      and one final LN after the stack
-ReZero (Bachlechner et al. 2020; `block="rezero"`, notebook 13): no layer norm at all,
+ReZero (Bachlechner et al. 2020; `block="rezero"`, notebook 14): no layer norm at all,
     x = x + a_1 MHA(x),         x = x + a_2 FFN(x)      with trained scalars a_1 = a_2 = 0 at start
 Multi-head attention itself lives in `utils.attention.MultiHeadAttention`. Every block has a
 `load_from_torch` that copies PyTorch's own module, so the equivalence tests are one line; it

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 12)
+from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 13)
 from utils.loading import check_same
 from utils.schedules import WarmupCosine
 from utils.train import autocast, fit, model_device
@@ -250,7 +250,7 @@ class SmallCNN(nn.Module):
     Convolutions see 3x3 neighbourhoods and share weights across positions: the locality and
     translation-equivariance a ViT has to learn from data. images (B, C, H, W) -> logits (B, K).
     The very first convolution steps `stem_stride` pixels (2: 28x28 images become 14x14 maps at
-    once). That keeps every parameter and cuts the arithmetic about 4.4-fold for notebook 12's
+    once). That keeps every parameter and cuts the arithmetic about 4.4-fold for notebook 13's
     widths (3.7M instead of 16.4M multiply-adds per image): a stride-1 CNN spends most of its
     work on the full-resolution first stage. `stem_stride=1` is the plain VGG-style stack.
     """
@@ -291,7 +291,7 @@ def augment(x: Tensor, pad: int = 1, flip: bool = True, generator: torch.Generat
 
     The padding value is the batch minimum (the background), not 0: the inputs are standardized.
     Fashion-MNIST garments are centred, so small shifts are the useful ones: for the ViT of
-    notebook 12, shifts of up to 1 pixel train better than the usual 2 (section 5 measures it).
+    notebook 13, shifts of up to 1 pixel train better than the usual 2 (section 5 measures it).
     """
     B, C, H, W = x.shape
     g = generator
