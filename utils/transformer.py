@@ -502,6 +502,15 @@ class ScaledEmbedding(nn.Module):
         return self.drop(self.positions(self.table(ids) * self.scale, start))  # (B, T, E)
 
 
+def zero_attention_biases(model: nn.Module) -> None:
+    """Set the Q, K, V and output projection biases of every `MultiHeadAttention` to 0, the
+    start `nn.MultiheadAttention` gives its own (nn.Linear would draw them at random)."""
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention) and m.W_q.bias is not None:
+            for linear in (m.W_q, m.W_k, m.W_v, m.W_o):
+                nn.init.zeros_(linear.bias)
+
+
 class _TranslatorInterface(nn.Module):
     """What `utils.seq2seq` (training, `translate`, BLEU) and `utils.decoding` need from a
     translation model: forward (teacher forcing), start (encode) and step (one more token)."""
@@ -526,10 +535,7 @@ class _TranslatorInterface(nn.Module):
                 # (E, E) matrices. Per slice, both model classes start from the same rule.
                 for part in p.chunk(3) if name.endswith("in_proj_weight") else (p,):
                     nn.init.xavier_uniform_(part)
-        for m in self.modules():  # nn.MultiheadAttention starts its projection biases at 0: so do we
-            if isinstance(m, MultiHeadAttention) and m.W_q.bias is not None:
-                for linear in (m.W_q, m.W_k, m.W_v, m.W_o):
-                    nn.init.zeros_(linear.bias)
+        zero_attention_biases(self)  # nn.MultiheadAttention starts its projection biases at 0: so do we
         # Token tables as tensor2tensor's shared embedding/softmax matrix: N(0, 1/E), so a token
         # vector times sqrt(E) has entries of size 1, like the sinusoidal positions (rms 0.71).
         # Xavier on a (V, E) table gives sqrt(2 / (V + E)), 4x smaller for V = 8000 and E = 256
