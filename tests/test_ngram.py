@@ -99,7 +99,7 @@ def test_interpolation_weights_and_held_out_choice():
     train, fresh = stream[:6000], stream[6000:]  # one source, unseen text
     lm = InterpolatedNGramLM(5, vocab_size=6).fit(train)
     assert np.all(lm.weights >= 0) and math.isclose(lm.weights.sum(), 1.0)
-    assert lm.k in lm.ks and len(lm.models) == 5
+    assert lm.k in lm.ks and len(lm.models) == 5 and 0 < lm.held_out_nll < math.log(6)
     assert math.isclose(lm.probs(fresh).sum() / len(fresh), lm.probs(fresh).mean())
     singles = [NGramLM(n, 6, lm.k).fit(train).perplexity(fresh) for n in range(1, 6)]
     assert lm.perplexity(fresh) <= min(singles) * 1.01  # the mixture is at least as good as any order

@@ -135,7 +135,7 @@ class InterpolatedNGramLM:
                              f"max_order={max_order}, held_out={held_out}, ks={ks}")
         self.orders, self.V, self.ks, self.held_out = range(1, max_order + 1), vocab_size, ks, held_out
         self.bos_id, self.em_steps = bos_id, em_steps
-        self.models, self.k, self.weights = None, None, None
+        self.models, self.k, self.weights, self.held_out_nll = None, None, None, None
 
     def _stack(self, models, ids: np.ndarray) -> np.ndarray:
         return np.stack([m.probs(ids) for m in models], axis=1)  # (N, orders)
@@ -154,7 +154,7 @@ class InterpolatedNGramLM:
             nll = -np.log(P @ w).mean()
             if best is None or nll < best[0]:
                 best = (nll, k, w)
-        _, self.k, self.weights = best
+        self.held_out_nll, self.k, self.weights = best  # nats per held-out token
         self.models = [NGramLM(n, self.V, self.k, self.bos_id).fit(ids) for n in self.orders]
         return self
 
