@@ -165,6 +165,15 @@ def test_imdb_limit_takes_a_balanced_seeded_subset():
     assert len(full) == 25_000 and full.labels.mean() == 0.5
     a, b = data.load_imdb("test", limit=400), data.load_imdb("test", limit=400)
     assert a.texts == b.texts and 0.4 < a.labels.mean() < 0.6
+    assert a.texts == [full.texts[i] for i in data.subset_rows(len(full), 400)]  # the same rows
+
+
+def test_subset_rows_is_sorted_seeded_and_everything_without_a_limit():
+    rows = data.subset_rows(1000, 10)
+    assert len(rows) == 10 and list(rows) == sorted(rows) and list(rows) == list(data.subset_rows(1000, 10))
+    assert list(data.subset_rows(5, None)) == list(range(5)) == list(data.subset_rows(5, 50))
+    with pytest.raises(ValueError, match="limit"):
+        data.subset_rows(5, 0)
 
 
 def test_relative_data_dir_is_read_from_the_repo_root(monkeypatch, tmp_path):

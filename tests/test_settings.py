@@ -92,7 +92,7 @@ def test_setup_prints_the_run_header(capsys, monkeypatch):
 def test_setup_sets_cpu_threads():
     before = torch.get_num_threads()
     try:
-        assert "(1 CPU threads)" in run_header(setup(seed=0, threads=1, quiet=True)) or (
+        assert "(1 CPU thread)" in run_header(setup(seed=0, threads=1, quiet=True)) or (
             get_device().type != "cpu")
         assert torch.get_num_threads() == 1
         with pytest.raises(ValueError, match="threads"):

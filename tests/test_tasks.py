@@ -75,39 +75,84 @@ def test_accuracy_keeps_the_model_mode(training):
     assert model.training is training
 
 
+def test_train_recall_stops_once_validation_reaches_the_goal_under_a_cap():
+    """stop_at turns `steps` into a cap: a run that solves the task stops at the validation
+    that first reaches the goal, and reports the updates it used."""
+    out = train_recall("rnn", distance=3, hidden_size=16, n_train=256, n_val=128, steps=400,
+                       lr=3e-2, seed=0, device="cpu", stop_at=0.9, eval_every=10)
+    assert out["stopped"] and out["updates"] < 400 and out["updates"] % 10 == 0
+    assert len(out["history"]["loss"]) == out["updates"] and out["val_acc"] >= 0.9
+    assert out["history"]["val_acc"][-1] >= 0.9 > max(out["history"]["val_acc"][:-1], default=0)
+    capped = train_recall("rnn", distance=3, hidden_size=16, n_train=256, n_val=128, steps=20,
+                          lr=1e-4, seed=0, device="cpu", stop_at=0.9, eval_every=10)
+    assert not capped["stopped"] and capped["updates"] == 20
+
+
 def test_recall_sweep_chooses_each_rate_on_validation_and_scores_a_fixed_held_out_set():
     from utils.tasks import SOLVED_ACC, recall_sweep, solved_summary
 
     variants = {"rnn": ("rnn", None), "gru": ("gru", "open")}
-    out = recall_sweep(variants, [3], seeds=[0, 1], lrs=[1e-3, 3e-2], steps=30, device="cpu",
-                       hidden_size=8, n_train=64, n_val=32, n_test=64)
+    out = recall_sweep(variants, [3], seeds=[0, 1], lrs=[1e-3, 3e-2], cap=60, grid_distance=3,
+                       grid_seeds=[7, 8], device="cpu", hidden_size=8, n_train=64, n_val=32,
+                       n_test=64, eval_every=10)
     for name in variants:
-        grid = {lr: out["grid"][name, lr] for lr in (1e-3, 3e-2)}
-        assert out["lr"][name] == max(grid, key=grid.get)  # the better validation accuracy
+        grid = {lr: v for (n, lr), v in out["grid"].items() if n == name}  # extensions included
+        assert {1e-3, 3e-2} <= set(grid)
+        assert out["lr"][name] == max(grid, key=lambda lr: (grid[lr][0], -grid[lr][1]))
         runs = out["runs"][name, 3]
         assert len(runs) == 2 and all(r["solved"] == (r["test_acc"] >= SOLVED_ACC) for r in runs)
     assert solved_summary([{"solved": True, "test_acc": 1.0}, {"solved": False, "test_acc": 0.5}]) == "1/2 (0.75)"
 
 
-def test_recall_sweep_reuses_the_first_seeds_grid_runs_and_trains_the_rest(monkeypatch):
-    """Seed 0's rate-grid run at a grid distance is reused, not trained twice; a distance
-    outside the grid and every other seed train at the chosen rate."""
+def test_recall_sweep_chooses_on_grid_seeds_that_the_table_never_reports(monkeypatch):
+    """The rate is chosen on the grid seeds at one distance (most runs reaching the goal, then
+    fewest updates); the table trains every reported seed at every distance, none reused."""
     import utils.tasks as tasks
 
-    calls, trained = [], {}
+    calls = []
 
-    def fake(cell, T, steps, lr, seed, device, forget_bias, **kw):
+    def fake(cell, T, steps, lr, seed, device, forget_bias, stop_at, **kw):
         calls.append((T, lr, seed))
-        trained.setdefault((T, lr, seed), []).append(run := {"val_acc": lr, "test_acc": 1.0, "solved": True,
-                                                             "run": (T, lr, seed)})
-        return run
+        updates = {1e-3: 300}.get(lr, 100)  # every rate reaches the goal; 1e-3 slowest
+        return {"val_acc": 1.0, "test_acc": 1.0, "solved": True, "updates": updates, "run": (T, lr, seed)}
 
     monkeypatch.setattr(tasks, "train_recall", fake)
     out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3, 6], seeds=[0, 1], lrs=[1e-3, 1e-2],
-                             steps=1, grid_distances=[3])
-    assert out["lr"]["rnn"] == 1e-2
-    assert sorted(calls) == sorted([(3, 1e-3, 0), (3, 1e-2, 0),  # the grid, seed 0
-                                    (3, 1e-2, 1), (6, 1e-2, 0), (6, 1e-2, 1)])
-    for T in (3, 6):  # each seed's slot holds that seed's run, at the chosen rate and this distance
+                             cap=2000, grid_distance=3, grid_seeds=[10, 11], max_extra=0)
+    assert out["lr"]["rnn"] == 1e-2 and out["grid"]["rnn", 1e-2] == (2, 100)
+    assert sorted(calls) == sorted([(3, lr, s) for lr in (1e-3, 1e-2) for s in (10, 11)]
+                                   + [(T, 1e-2, s) for T in (3, 6) for s in (0, 1)])
+    for T in (3, 6):
         assert [r["run"] for r in out["runs"]["rnn", T]] == [(T, 1e-2, 0), (T, 1e-2, 1)]
-    assert out["runs"]["rnn", 3][0] is trained[3, 1e-2, 0][0]  # the grid run itself, reused
+    calls.clear()  # a winner at the grid's edge sends the search one step further out
+    out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3], seeds=[0], lrs=[1e-3, 1e-2],
+                             cap=2000, grid_distance=3, grid_seeds=[10], max_extra=1)
+    assert sorted({lr for _, lr, _ in calls}) == pytest.approx([1e-3, 1e-2, 3e-2])
+
+
+def test_recall_sweep_grows_the_grid_past_a_winning_edge(monkeypatch):
+    import utils.tasks as tasks
+
+    def fake(cell, T, steps, lr, seed, device, forget_bias, stop_at, **kw):
+        reached = abs(lr - 3e-2) < 1e-9 or abs(lr - 1e-2) < 1e-9  # 1e-2 and 3e-2 solve; 3e-2 faster
+        return {"val_acc": 1.0 if reached else 0.3, "test_acc": 1.0, "solved": reached,
+                "updates": 50 if lr > 2e-2 and reached else (200 if reached else steps)}
+
+    monkeypatch.setattr(tasks, "train_recall", fake)
+    out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3], seeds=[0], lrs=[3e-3, 1e-2], cap=2000,
+                             grid_distance=3, grid_seeds=[10, 11])
+    assert out["lr"]["rnn"] == pytest.approx(3e-2)  # found only because 1e-2 won at the edge
+    assert out["grid"]["rnn", 3e-3] == (0, 2000) and len(out["grid"]) == 4  # 9e-2 tried, lost
+    with pytest.raises(ValueError, match="must differ"):
+        tasks.recall_sweep({"rnn": ("rnn", None)}, [3], seeds=[0, 1], lrs=[1e-3], cap=10,
+                           grid_distance=3, grid_seeds=[1, 2])
+
+
+def test_updates_to_solve_is_the_median_over_solved_runs():
+    from utils.tasks import updates_to_solve
+
+    runs = [{"solved": True, "updates": 300}, {"solved": False, "updates": 2000},
+            {"solved": True, "updates": 100}, {"solved": True, "updates": 200}]
+    assert updates_to_solve(runs) == 200 and updates_to_solve(runs[1:2]) is None
+    from utils.tasks import seed_updates
+    assert seed_updates(runs) == "300 x 100 200"

@@ -1,5 +1,9 @@
+import itertools
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from utils.train import evaluate, fit, load_checkpoint, save_checkpoint
@@ -299,3 +303,37 @@ def test_time_precisions_times_the_timed_updates_only(monkeypatch):
     monkeypatch.setattr(utils.train, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))
     times = time_precisions(nn.Linear(3, 2), next(_random_batches()), step, precisions=["fp32"], updates=2)
     assert times == {"fp32": pytest.approx(1000.0)}
+
+
+def test_stop_when_ends_training_at_the_validation_that_meets_it():
+    """stop_when is asked after each validation; True ends the run there (the budget is a cap)."""
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    batches = itertools.repeat((torch.randn(8, 2), torch.randn(8, 1)))
+    step = lambda m, b: {"loss": F.mse_loss(m(b[0]), b[1]), "n": 8}  # noqa: E731
+    seen = []
+    log = fit(model, batches, step, torch.optim.SGD(model.parameters(), lr=0.1), updates=100,
+              validate=lambda m: {"calls": len(seen)}, eval_every=5, log_every=None,
+              stop_when=lambda stats: seen.append(stats) or len(seen) == 3)
+    assert log["updates"] == 15 and log["eval_update"] == [5, 10, 15]
+    assert "val_calls" in seen[0] and "train_loss" in seen[0]
+
+
+def test_choose_rate_extends_a_grid_whose_edge_wins_and_ignores_non_finite_losses():
+    from utils.train import choose_rate
+
+    tried = []
+
+    def bowl(lr):  # lowest at 1e-1, above the grid; 3e-1 and up diverge
+        tried.append(lr)
+        return math.nan if lr > 0.2 else abs(math.log10(lr) + 1)
+
+    best, losses = choose_rate(bowl, [1e-3, 3e-3, 1e-2])
+    assert tried[:3] == [1e-3, 3e-3, 1e-2] and len(tried) == 5  # two steps out, no further
+    assert best == pytest.approx(0.09) and list(losses) == sorted(losses)
+    best, losses = choose_rate(bowl, [3e-2, 1e-1, 3e-1])  # an interior winner: nothing added
+    assert best == 1e-1 and len(losses) == 3
+    best, losses = choose_rate(lambda lr: lr, [1e-2, 1e-3], max_extra=1)  # the low edge wins
+    assert best == pytest.approx(1e-3 / 3) and len(losses) == 3
+    with pytest.raises(ValueError, match="positive"):
+        choose_rate(bowl, [])

@@ -276,9 +276,18 @@ def load_imdb(split: str = "train", limit: int | None = None) -> TextClassificat
     texts = table["text"].to_pylist()
     labels = np.asarray(table["label"].to_pylist(), dtype=np.int64)
     if limit is not None and limit < len(texts):
-        keep = np.sort(np.random.default_rng(0).permutation(len(texts))[:limit])
+        keep = subset_rows(len(texts), limit)
         texts, labels = [texts[i] for i in keep], labels[keep]
     return TextClassification(texts, labels)
+
+
+def subset_rows(n_rows: int, limit: int | None) -> np.ndarray:
+    """The rows `load_imdb(limit=...)` keeps: a seeded random subset in file order (all rows
+    when `limit` is None or not smaller), e.g. to select the same reviews from a `datasets` table."""
+    _check_limit(limit)
+    if limit is None or limit >= n_rows:
+        return np.arange(n_rows)
+    return np.sort(np.random.default_rng(0).permutation(n_rows)[:limit])
 
 
 def load_tiny_shakespeare(

@@ -149,7 +149,7 @@ def run_header(run: Run) -> str:
     return "\n".join(
         [
             f"mode     : {run.mode} (set SEQ_FAST=1 for the quick run, 0 for the full one)",
-            f"device   : {run.device}" + (f" ({threads} CPU threads)" if run.device.type == "cpu" else ""),
+            f"device   : {run.device}" + (f" ({threads} CPU thread{'s' if threads != 1 else ''})" if run.device.type == "cpu" else ""),
             f"precision: {precision_note(run.device)}",
             f"python   : {platform.python_version()}   torch: {torch.__version__}",
             f"seed     : {run.seed}",

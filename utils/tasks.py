@@ -131,7 +131,8 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
                  lr: float = 3e-3, clip: float | None = 1.0, seed: int = 0,
                  device: str | torch.device | None = None, n_classes: int = 4,
                  n_noise: int = 4, forget_bias: float | str | None = "open",
-                 optimizer: str = "adam", n_test: int = 1024) -> dict:
+                 optimizer: str = "adam", n_test: int = 1024, stop_at: float | None = None,
+                 eval_every: int = 25) -> dict:
     """Train `SequenceClassifier(cell)` on the recall task for `steps` updates (`utils.train.fit`).
 
     `device` defaults to the course's (`utils.settings.get_device`). `optimizer` is "adam" or
@@ -142,6 +143,10 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
     sequences: choose settings (e.g. the learning rate) on "val_acc". "test_acc" is measured on
     one fixed held-out set per distance (`TEST_SEED`), the same for every run, and a run has
     "solved" the task when it reaches `SOLVED_ACC` there.
+
+    `stop_at` (e.g. `SOLVED_ACC`): validate every `eval_every` updates and stop as soon as the
+    validation accuracy reaches it, so `steps` is a cap, not a fixed budget; "updates" says how
+    many the run used (the updates-to-solve of a solved run), "stopped" whether it stopped early.
     """
     torch.manual_seed(seed)
     train = make_recall_task(n_train, distance, n_classes, n_noise, seed=seed)
@@ -159,44 +164,71 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
         return {"loss": F.cross_entropy(m(xb), yb), "n": len(yb)}
 
     batches = random_index_batches(x, y, batch_size, torch.Generator().manual_seed(seed))
-    log = fit(model, batches, step, opt, updates=steps, clip=clip or float("inf"), log_every=None)
     xv, yv = val.tensors
+    early = {} if stop_at is None else dict(
+        validate=lambda m: {"acc": accuracy(m, xv.to(device), yv.to(device))}, eval_every=eval_every,
+        stop_when=lambda stats: stats["val_acc"] >= stop_at)
+    log = fit(model, batches, step, opt, updates=steps, clip=clip or float("inf"), log_every=None,
+              **early)
     xt, yt = make_recall_task(n_test, distance, n_classes, n_noise, seed=TEST_SEED).tensors
     test_acc = accuracy(model, xt.to(device), yt.to(device))
     return {"val_acc": accuracy(model, xv.to(device), yv.to(device)),
             "train_acc": accuracy(model, x.to(device), y.to(device)), "history": log,
             "time_s": log["train_s"], "model": model, "test_acc": test_acc,
-            "solved": test_acc >= SOLVED_ACC}
+            "solved": test_acc >= SOLVED_ACC, "updates": log["updates"],
+            "stopped": log["updates"] < steps}
 
 
 def recall_sweep(variants: dict, distances: list[int], seeds: list[int], lrs: list[float],
-                 steps: int, device: str | torch.device | None = None,
-                 grid_distances: list[int] | None = None, **kw) -> dict:
+                 cap: int, grid_distance: int, grid_seeds: list[int],
+                 device: str | torch.device | None = None, stop_at: float = SOLVED_ACC,
+                 max_extra: int = 2, **kw) -> dict:
     """Each variant at its own learning rate, chosen on validation, then over several seeds.
 
-    `variants` maps a name to (cell, forget_bias). For each variant, every rate in `lrs` is
-    trained with the first seed at the `grid_distances` (default: all `distances`); the rate
-    with the best mean *validation* accuracy over them is kept, and every seed trains at that
-    rate at every distance (the first seed's grid runs are reused). Returns
-    {"lr": {name: chosen rate}, "grid": {(name, lr): mean validation accuracy},
-    "runs": {(name, distance): [one `train_recall` result per seed]}}; report "test_acc" and
-    "solved" of the runs (the held-out set took no part in any choice).
+    Every run stops as soon as its validation accuracy reaches `stop_at` (checked every few
+    dozen updates), under a cap of `cap` updates, so the table measures distance, not budget.
+    `variants` maps a name to (cell, forget_bias). For each variant, every rate in `lrs` trains
+    the `grid_seeds` at `grid_distance`; the rate that reaches `stop_at` on validation in the most
+    grid runs wins, ties going to the fewest mean updates (a count, the same on any device). A
+    winner at the edge of the grid sends the search one step (x3 or /3) further out, at most
+    `max_extra` times (`utils.train.choose_rate`). The grid seeds must differ from `seeds`: grid
+    runs choose, they are not reported. Returns {"lr": {name: chosen rate}, "grid": {(name, lr):
+    (runs that reached stop_at, mean updates)} for every rate tried, "runs": {(name, distance):
+    [one `train_recall` result per seed]}}; report "test_acc", "solved" and "updates" of the runs
+    (the held-out set took no part in any choice).
     """
-    grid_distances = grid_distances or distances
+    from utils.train import choose_rate
+
+    if set(seeds) & set(grid_seeds):
+        raise ValueError(f"the grid seeds {grid_seeds} must differ from the reported seeds {seeds}: "
+                         "runs that choose the rate are not counted in the table")
     grid, chosen, runs = {}, {}, {}
     for name, (cell, forget_bias) in variants.items():
         def train(T, lr, seed, cell=cell, forget_bias=forget_bias):
-            return train_recall(cell, T, steps=steps, lr=lr, seed=seed, device=device,
-                                forget_bias=forget_bias, **kw)
+            return train_recall(cell, T, steps=cap, lr=lr, seed=seed, device=device,
+                                forget_bias=forget_bias, stop_at=stop_at, **kw)
 
-        tried = {(lr, T): train(T, lr, seeds[0]) for lr in lrs for T in grid_distances}
-        for lr in lrs:
-            grid[name, lr] = sum(tried[lr, T]["val_acc"] for T in grid_distances) / len(grid_distances)
-        chosen[name] = max(lrs, key=lambda lr, name=name: grid[name, lr])
+        def trial(lr, name=name, train=train):
+            tried = [train(grid_distance, lr, s) for s in grid_seeds]
+            reached, updates = sum(r["val_acc"] >= stop_at for r in tried), sum(r["updates"] for r in tried) / len(tried)
+            grid[name, lr] = (reached, updates)
+            return len(tried) - reached + updates / (cap + 1)  # fewer misses first, then fewer updates
+
+        chosen[name] = choose_rate(trial, lrs, max_extra=max_extra)[0]
         for T in distances:
-            runs[name, T] = [tried[chosen[name], T] if s == seeds[0] and T in grid_distances
-                             else train(T, chosen[name], s) for s in seeds]
+            runs[name, T] = [train(T, chosen[name], s) for s in seeds]
     return {"lr": chosen, "grid": grid, "runs": runs}
+
+
+def updates_to_solve(runs: list[dict]) -> int | None:
+    """Median updates the solved runs used (the upper median for an even count); None if none solved."""
+    used = sorted(r["updates"] for r in runs if r["solved"])
+    return used[len(used) // 2] if used else None
+
+
+def seed_updates(runs: list[dict]) -> str:
+    """The updates each run used, "x" for a run that did not solve the task: "150 x 700"."""
+    return " ".join(str(r["updates"]) if r["solved"] else "x" for r in runs)
 
 
 def solved_summary(runs: list[dict]) -> str:

@@ -114,8 +114,8 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
         updates: int | None = None, seconds: float | None = None, schedule=None,
         clip: float | None = None, precision: str = "fp32",
         validate: Callable[[nn.Module], dict] | None = None, eval_every: int | None = None,
-        keep_best: tuple[str, str] | None = None, on_gradients=None, on_update=None,
-        log_every: int | None = 1) -> dict:
+        keep_best: tuple[str, str] | None = None, stop_when: Callable[[dict], bool] | None = None,
+        on_gradients=None, on_update=None, log_every: int | None = 1) -> dict:
     """Train `model` on `batches` with `step` and `optimizer`; return the log.
 
     batches   a loader re-read every epoch, or an endless iterator (random batches; no epochs)
@@ -130,6 +130,8 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
               and at the end; logged with a "val_" prefix. `val_loader` validates with `step`.
     keep_best ("val_acc", "max") or ("val_loss", "min"): restore the best validated weights
               (a NaN validation never counts as the best)
+    stop_when stats -> bool, asked after every validation with what it just logged ("train_<k>",
+              "val_<k>"): True ends training there (e.g. stop as soon as a task is solved)
     on_gradients, on_update  model -> dict of diagnostics (or None), called after clipping and
               after the optimizer step; their values are logged per update
     log_every print every k-th validation (and the last); None: print nothing
@@ -155,6 +157,8 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
         since = Means()
         _append(log, {"eval_update": budget.done, "eval_train_s": budget.train_s, **stats})
         best = _keep_best(model, log, keep_best, best)
+        if stop_when is not None and stop_when(stats):
+            budget.stopped = True  # the goal is reached: the rest of the budget is not needed
         if log_every and (len(log["eval_update"]) % log_every == 0 or budget.spent()):
             print(budget.describe(stats))
 
@@ -204,6 +208,34 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
     model.eval()
     return {**log, "updates": budget.done, "epochs": budget.epochs_float(), "items": items,
             "train_s": budget.train_s}
+
+
+def choose_rate(trial: Callable[[float], float], rates: list[float], step: float = 3.0,
+                max_extra: int = 2) -> tuple[float, dict[float, float]]:
+    """The rate with the lowest `trial(rate)` (a validation loss), on a grid that grows at its edges.
+
+    While the best rate tried is the largest (or the smallest) of the grid, the next one out
+    (`step` times larger, or smaller) is tried too, at most `max_extra` times: a rate that wins
+    at the edge of its grid is a reason to look further, not a winner. A non-finite loss never
+    wins. Returns (best rate, {rate: trial loss} for every rate tried, in increasing rate order).
+    """
+    if not rates or min(rates) <= 0:
+        raise ValueError(f"give at least one positive rate, got {rates}")
+    losses = {lr: trial(lr) for lr in sorted(rates)}
+
+    def best() -> float:
+        return min(losses, key=lambda lr: losses[lr] if math.isfinite(losses[lr]) else math.inf)
+
+    for _ in range(max_extra):
+        lr = best()
+        if len(losses) > 1 and lr == max(losses):
+            nxt = lr * step
+        elif len(losses) > 1 and lr == min(losses):
+            nxt = lr / step
+        else:
+            break
+        losses[nxt] = trial(nxt)
+    return best(), dict(sorted(losses.items()))
 
 
 def time_precisions(model: nn.Module, batch, step: Step, precisions: list[str] | None = None,
