@@ -121,6 +121,10 @@ def test_forget_bias_opens_the_keep_gate(cell):
     for suffix in ("l0", "l0_reverse"):
         assert torch.all(getattr(model.rnn, f"bias_ih_{suffix}")[H:2 * H] == 2.0)
         assert torch.all(getattr(model.rnn, f"bias_hh_{suffix}")[H:2 * H] == 0.0)
+    # the default is the course's open gate, the same as notebooks 04 and 05 use
+    from utils.gated import OPEN_GATE_BIAS
+    default = RecurrentClassifier(V, E, H, C, cell=cell)
+    assert OPEN_GATE_BIAS == 2.0 and torch.all(default.rnn.bias_ih_l0[H:2 * H] == OPEN_GATE_BIAS)
 
 
 def test_fasttext_bigrams_see_word_order():

@@ -150,3 +150,18 @@ def test_head_and_tail_encoding_reads_the_end_of_a_long_text(minilm, tmp_path):
     assert (both @ ref.T).item() > (head @ ref.T).item()  # the ending now counts
     with pytest.raises(ValueError, match="keep must be"):
         encode(minilm, [long_text], keep="middle")
+
+
+def test_input_text_is_what_the_encoder_reads(minilm):
+    from utils.encoders import input_text
+
+    long_text = "The plot is dull. " * 40 + "Wonderful, moving and brilliant."
+    both = input_text(minilm, [long_text, "Short and SWEET."], max_length=16, keep="head+tail")
+    assert both[1] == "short and sweet."  # uncased, uncut
+    assert both[0].startswith("the plot is dull") and both[0].endswith("moving and brilliant.")
+    assert len(minilm.tokenizer(both[0])["input_ids"]) == 16  # [CLS] + 14 pieces + [SEP]
+    head = input_text(minilm, [long_text], max_length=16)[0]
+    assert "brilliant" not in head and len(minilm.tokenizer(head)["input_ids"]) == 16
+    with pytest.raises(ValueError, match="keep must be"):
+        input_text(minilm, [long_text], keep="middle")
+

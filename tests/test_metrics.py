@@ -138,3 +138,21 @@ def test_perplexity_of_a_nan_loss_is_nan():
     """A diverged model has no perplexity: nan, not inf."""
     assert math.isnan(perplexity(float("nan"), 10))
     assert perplexity(1e6, 1) == math.inf  # a finite but huge loss still overflows to inf
+
+
+def test_paired_difference_is_the_mean_gain_with_a_paired_interval():
+    import numpy as np
+
+    from utils.metrics import paired_difference
+
+    rng = np.random.default_rng(0)
+    b = rng.random(4000) < 0.8
+    a = b.copy()
+    a[rng.choice(np.flatnonzero(~b), 80, replace=False)] = True  # a fixes 80 of b's errors
+    d, half = paired_difference(a, b)
+    assert d == pytest.approx(80 / 4000) and 0 < half < d  # a clear, paired gain
+    assert paired_difference(b, b) == (0.0, 0.0)
+    seeds = np.stack([a, b])  # two seeds: each example counts the share of seeds right
+    assert paired_difference(seeds, b)[0] == pytest.approx(40 / 4000)
+    with pytest.raises(ValueError, match="same N"):
+        paired_difference(a, b[:10])

@@ -191,3 +191,18 @@ def test_train_translator_schedule_updates_runs_the_start_of_a_longer_plan(monke
     assert short["lr"] == long["lr"][:6] and short["loss"] == long["loss"][:6]
     with pytest.raises(ValueError, match="warmup_steps"):
         train_translator(transformer_translator(data), data, updates=6, schedule_updates=10, lr=1e-3)
+
+
+def test_a_constant_rate_run_after_one_epoch_is_a_one_epoch_run(monkeypatch):
+    """Notebook 07 takes the baseline of its one-epoch ablation arms from the headline runs after
+    their first epoch: with a constant rate that is the same run (same batches, same dropout)."""
+    from utils.seq2seq import train_translator
+
+    data = toy_translation(monkeypatch, shared=False)
+    recipe = dict(lr=1e-2, batch_size=4, log_every=None)
+    long = train_translator(rnn_translator(data), data, epochs=2, **recipe)  # seeds its model
+    short = train_translator(rnn_translator(data), data, epochs=1, **recipe)
+    n = len(short["loss"])
+    assert long["loss"][:n] == short["loss"] and long["val_loss"][0] == short["val_loss"][0]
+    assert long["val_bleu"][0] == short["val_bleu"][0]
+

@@ -319,6 +319,30 @@ def test_stop_when_ends_training_at_the_validation_that_meets_it():
     assert "val_calls" in seen[0] and "train_loss" in seen[0]
 
 
+def test_no_gain_for_stops_patience_validations_after_the_best_and_keep_best_restores_it():
+    from utils.train import no_gain_for
+
+    stop = no_gain_for(patience=2)
+    assert [stop({"val_acc": a}) for a in (0.5, 0.7, 0.6, 0.7, 0.8, float("nan"), 0.79)] == \
+        [False, False, False, True, False, False, True]
+    down = no_gain_for(1, key="val_loss", mode="min")
+    assert [down({"val_loss": v}) for v in (3.0, 2.0, 2.5)] == [False, False, True]
+    with pytest.raises(KeyError, match="no_gain_for watches 'val_acc'"):
+        no_gain_for()({"val_loss": 1.0})
+    with pytest.raises(ValueError, match="patience"):
+        no_gain_for(0)
+    # in fit: validation accuracy scripted to peak at the 2nd epoch -> stops after the 3rd
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    data = [(torch.randn(8, 2), torch.randn(8, 1))] * 2
+    step = lambda m, b: {"loss": F.mse_loss(m(b[0]), b[1]), "n": 8}  # noqa: E731
+    accs = iter([0.6, 0.9, 0.8, 0.95, 0.99])
+    log = fit(model, data, step, torch.optim.SGD(model.parameters(), lr=0.1), epochs=5,
+              validate=lambda m: {"acc": next(accs)}, keep_best=("val_acc", "max"),
+              stop_when=no_gain_for(1), log_every=None)
+    assert log["val_acc"] == [0.6, 0.9, 0.8] and log["best_update"] == 4
+
+
 def test_choose_rate_extends_a_grid_whose_edge_wins_and_ignores_non_finite_losses():
     from utils.train import choose_rate
 

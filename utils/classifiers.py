@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from utils.gated import open_gates_
+from utils.gated import OPEN_GATE_BIAS, open_gates_
 from utils.schedules import warmup_cosine
 from utils.train import fit, model_device, to_device
 from utils.transformer import POSITIONS, Encoder, EncoderConfig, LayerNorm, make_positions
@@ -185,8 +185,9 @@ class RecurrentClassifier(nn.Module):
     Packing makes the layer stop at each review's own length, so h_n is the state after the
     last real token: for a BiLSTM, h_n[-2] is the forward direction after token L and h_n[-1]
     the backward direction after reading back to token 1; we concatenate them (B, 2H).
-    `forget_bias` opens the "keep" gate at the start, as in notebook 05: the LSTM's forget
-    gate, or the GRU's update gate (`utils.gated.open_gates_`); None keeps torch's init.
+    `forget_bias` opens the "keep" gate at the start, at the course's `OPEN_GATE_BIAS` (2, as in
+    notebooks 04 and 05): the LSTM's forget gate, or the GRU's update gate
+    (`utils.gated.open_gates_`); None keeps torch's init.
     `read="gather"` runs the layer over the padded batch and reads each row at its own last
     real token, out[b, L_b - 1]: the same state as packing for a one-directional layer (the
     pads come after it), without packing's bookkeeping. `read="padded_last"` is the seed
@@ -196,7 +197,7 @@ class RecurrentClassifier(nn.Module):
 
     def __init__(self, vocab_size: int, E: int, H: int, C: int = 2, cell: str = "lstm",
                  bidirectional: bool = False, dropout: float = 0.0,
-                 forget_bias: float | None = 1.0, read: str = "final"):
+                 forget_bias: float | None = OPEN_GATE_BIAS, read: str = "final"):
         super().__init__()
         if cell not in ("lstm", "gru"):
             raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")

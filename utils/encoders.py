@@ -111,6 +111,20 @@ def head_and_tail(ids: list[int], max_length: int) -> list[int]:
     return [ids[0], *inner[: keep - keep // 2], *inner[len(inner) - keep // 2:], ids[-1]]
 
 
+def input_text(enc: SentenceEncoder, texts: list[str], max_length: int = 128,
+               keep: str = "head") -> list[str]:
+    """The text the encoder actually reads: each text cut to `max_length` word pieces as
+    `encode` cuts it, decoded back to words (lowercased for an uncased tokenizer). A baseline
+    fitted on these strings sees the same input as the encoder."""
+    if keep == "head":
+        ids = enc.tokenizer(texts, truncation=True, max_length=max_length, verbose=False)["input_ids"]
+    elif keep == "head+tail":
+        ids = [head_and_tail(x, max_length) for x in enc.tokenizer(texts, verbose=False)["input_ids"]]
+    else:
+        raise ValueError(f"keep must be 'head' or 'head+tail', got {keep!r}")
+    return enc.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
 def _tokenize(enc: SentenceEncoder, texts: list[str], max_length: int, keep: str, device) -> dict:
     if keep == "head":
         return enc.tokenizer(texts, padding=True, truncation=True, max_length=max_length,

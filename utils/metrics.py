@@ -8,6 +8,9 @@ numbers agree with `sacrebleu.corpus_bleu(..., tokenize="none")` on whitespace-t
 clipped n-gram precisions for n = 1..4, the closest reference length per sentence, a brevity
 penalty on the corpus totals, and the geometric mean of the precisions, on a 0-100 scale.
 
+Paired comparison: `paired_difference` says whether two classifiers scored on the same examples
+differ by more than the sampling of those examples explains.
+
 Shapes: B batch, T sequence length, V vocabulary size.
 """
 
@@ -210,3 +213,25 @@ def sentence_bleu(hypothesis: Sentence, references: Sequence[Sentence], max_n: i
     """BLEU of one sentence against its references (sacrebleu's sentence_bleu defaults)."""
     return corpus_bleu([hypothesis], [references], max_n, smooth, smooth_value,
                        effective_order)
+
+
+# ---------------------------------------------------------------------------- paired comparison
+def paired_difference(hits_a, hits_b) -> tuple[float, float]:
+    """Accuracy of a minus accuracy of b on the same examples, and the half-width of its 95%
+    interval (normal approximation, 1.96 standard errors of the mean per-example difference).
+
+    hits_*: (N,) booleans, which examples each model gets right, or (seeds, N) for a model
+    trained with several seeds (each example then counts the share of seeds that get it right).
+    Pairing removes what both models find easy or hard, so the interval is much narrower than
+    two separate ones: a difference inside it is a tie.
+    """
+    import numpy as np
+
+    a, b = np.asarray(hits_a, dtype=float), np.asarray(hits_b, dtype=float)
+    a, b = (a.mean(0) if a.ndim == 2 else a), (b.mean(0) if b.ndim == 2 else b)
+    if a.ndim != 1 or a.shape != b.shape or len(a) < 2:
+        raise ValueError(f"need the hits of both models on the same N >= 2 examples, as (N,) or "
+                         f"(seeds, N) arrays; got shapes {np.shape(hits_a)} and {np.shape(hits_b)}")
+    d = a - b  # (N,)
+    return float(d.mean()), float(1.96 * d.std(ddof=1) / math.sqrt(len(d)))
+

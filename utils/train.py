@@ -210,6 +210,29 @@ def fit(model: nn.Module, batches: Iterable, step: Step, optimizer: torch.optim.
             "train_s": budget.train_s}
 
 
+def no_gain_for(patience: int = 1, key: str = "val_acc", mode: str = "max") -> Callable[[dict], bool]:
+    """A `fit(stop_when=...)` rule for early stopping: True once `key` has not improved on its
+    best for `patience` validations in a row. Use it with `keep_best` on the same key, so the
+    run ends `patience` validations after its best and returns the best weights."""
+    if patience < 1 or mode not in ("max", "min"):
+        raise ValueError(f"need patience >= 1 and mode 'max' or 'min', got {patience}, {mode!r}")
+    best, since = -math.inf, 0
+
+    def stop(stats: dict) -> bool:
+        nonlocal best, since
+        if key not in stats:
+            raise KeyError(f"no_gain_for watches {key!r}, but the validation logged only "
+                           f"{sorted(stats)}: pass a key that fit logs (e.g. 'val_loss')")
+        value = stats[key] if mode == "max" else -stats[key]
+        if value > best:  # a NaN is never an improvement
+            best, since = value, 0
+        else:
+            since += 1
+        return since >= patience
+
+    return stop
+
+
 def choose_rate(trial: Callable[[float], float], rates: list[float], step: float = 3.0,
                 max_extra: int = 2) -> tuple[float, dict[float, float]]:
     """The rate with the lowest `trial(rate)` (a validation loss), on a grid that grows at its edges.
