@@ -8,6 +8,7 @@ import torch
 from utils.schedules import (
     InverseSqrt,
     WarmupCosine,
+    WarmupStableDecay,
     inverse_sqrt_factor,
     start_of_longer_plan,
     warmup_cosine,
@@ -111,3 +112,31 @@ def test_start_of_longer_plan_follows_the_longer_plan_and_refuses_a_longer_run()
     for bad in (None, 0, 41):
         with pytest.raises(ValueError, match="schedule_updates"):
             start_of_longer_plan(plan, updates=bad, schedule_updates=40)
+
+
+def test_warmup_stable_decay_holds_until_told_then_decays_to_zero_and_ends():
+    opt = make_opt()
+    sched = WarmupStableDecay(opt, 4, 1000, decay_share=0.2, round_to=5)
+    seen = lrs(opt, sched, 20)
+    assert seen[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0]) and seen[4:] == pytest.approx([1.0] * 16)
+    sched.start_decay()  # after 20 updates: a fifth of them, rounded up to a multiple of 5
+    sched.start_decay()  # no effect once it has begun
+    assert (sched.decay_start, sched.decay_steps, sched.done) == (20, 5, False)
+    assert lrs(opt, sched, 5) == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2])
+    assert sched.done and lrs(opt, sched, 2) == [0.0, 0.0]
+
+
+def test_warmup_stable_decay_starts_by_itself_so_the_run_ends_at_its_budget_and_resumes():
+    opt = make_opt()
+    full = lrs(opt, WarmupStableDecay(opt, 0, 12, decay_share=0.5), 12)
+    assert full == pytest.approx([1.0] * 8 + [1.0, 0.75, 0.5, 0.25])  # decay from 12 / 1.5 = 8
+    opt = make_opt()
+    sched = WarmupStableDecay(opt, 0, 12, decay_share=0.5)
+    first = lrs(opt, sched, 9)
+    opt2 = make_opt()
+    sched2 = WarmupStableDecay(opt2, 0, 12, decay_share=0.5)
+    opt2.load_state_dict(opt.state_dict())
+    sched2.load_state_dict(sched.state_dict())
+    assert first + lrs(opt2, sched2, 3) == pytest.approx(full) and sched2.done
+    with pytest.raises(ValueError, match="decay_share"):
+        WarmupStableDecay(make_opt(), 0, 12, decay_share=0)

@@ -1,6 +1,7 @@
 """Tests of utils.vit: patches, the patch embedding as a convolution, HF ViT equivalence, training."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from utils.vit import (
     ViTConfig,
     attention_rollout,
     augment,
+    classify,
+    evaluate_classifier,
     img_to_patch,
     load_from_hf,
     param_count,
@@ -214,3 +217,33 @@ def test_small_cnn_docstring_multiply_add_counts():
         return total
     strided, plain = conv_macs(SmallCNN((24, 48, 96))), conv_macs(SmallCNN((24, 48, 96), stem_stride=1))
     assert round(strided / 1e6, 1) == 3.7 and round(plain / 1e6, 1) == 16.4 and round(plain / strided, 1) == 4.4
+
+
+def test_early_stopping_decays_the_rate_after_patience_checks_then_ends_with_the_best_weights():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(24, 2, 8, 8, generator=g), torch.arange(24) % 3
+    xv, yv = torch.randn(12, 2, 8, 8, generator=g), torch.randint(0, 3, (12,), generator=g)  # noise: no gain
+    torch.manual_seed(0)
+    model = tiny()
+    log = train_classifier(model, x, y, 400, batch_size=8, lr=1e-2, warmup_steps=2, pad=0,
+                           eval_every=4, x_val=xv, y_val=yv, patience=3)
+    stall = log["decay_start"]
+    best_before = max(a for u, a in zip(log["eval_update"], log["val_acc"]) if u < stall)
+    assert log["val_acc"][log["eval_update"].index(stall)] <= best_before  # stalled: 3 checks without a gain
+    assert log["eval_update"].index(stall) - log["val_acc"].index(best_before) == 3
+    decay = math.ceil(0.2 * stall / 4) * 4  # a fifth of the updates so far, whole validation intervals
+    assert log["updates"] == stall + decay < 400
+    assert log["lr"][stall] == pytest.approx(1e-2) and log["lr"][-1] == pytest.approx(1e-2 / decay)
+    assert evaluate_classifier(model, xv, yv) == pytest.approx(max(log["val_acc"]))  # the best weights came back
+    with pytest.raises(ValueError, match="needs validation images"):
+        train_classifier(tiny(), x, y, 10, patience=2)
+
+
+def test_classify_returns_the_predictions_that_evaluate_classifier_scores():
+    torch.manual_seed(0)
+    model, x = tiny(), torch.randn(10, 2, 8, 8)
+    y = torch.arange(10) % 3
+    pred = classify(model, x, batch_size=3)  # several batches
+    with torch.no_grad():
+        assert torch.equal(pred, model.eval()(x).argmax(-1))
+    assert evaluate_classifier(model, x, y, batch_size=3) == (pred == y).sum().item() / 10

@@ -1,4 +1,5 @@
-"""Learning-rate schedules for Transformers: linear warm-up + cosine decay, and inverse square root.
+"""Learning-rate schedules for Transformers: linear warm-up + cosine decay, inverse square root,
+and warm-up, hold, decay (`WarmupStableDecay`, a schedule that early stopping can end).
 
 Both are multipliers of the optimizer's base learning rate, written twice on purpose: once as a
 closed form of the step (`warmup_cosine_factor`, `inverse_sqrt_factor`), which plots and tests
@@ -105,4 +106,53 @@ class InverseSqrt(LRScheduler):
 
     def get_lr(self) -> list[float]:
         f = inverse_sqrt_factor(self.last_epoch, self.warmup_steps)
+        return [base * f for base in self.base_lrs]
+
+
+class WarmupStableDecay(LRScheduler):
+    """Linear warm-up, the peak rate held, then a linear decay to 0: "warmup-stable-decay" (Hu et
+    al. 2024), which ends as well as a cosine of the same length (Hägele et al. 2024) but need not
+    know that length in advance.
+
+    The decay starts when `start_decay()` is called, e.g. once validation stops improving, so
+    early stopping still ends at a low rate; at the latest it starts at step
+    total_steps / (1 + decay_share). It lasts `decay_share` times the steps before it, rounded up
+    to a multiple of `round_to` (a run's validation interval, so the end falls on a check), so a
+    run never passes `total_steps`. `done` is True once the decay has ended. Step it after every
+    `optimizer.step()`.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int,
+                 decay_share: float = 0.2, round_to: int = 1, last_epoch: int = -1) -> None:
+        _check(optimizer, warmup_steps, total_steps)
+        if decay_share <= 0 or round_to < 1:
+            raise ValueError(f"need decay_share > 0 and round_to >= 1, got {decay_share}, {round_to}")
+        self.warmup_steps, self.total_steps = warmup_steps, total_steps
+        self.decay_share, self.round_to = decay_share, round_to
+        self.latest_start = math.floor(total_steps / (1 + decay_share))
+        self.decay_start: int | None = None  # the step the decay began at
+        self.decay_steps = 0
+        super().__init__(optimizer, last_epoch)
+
+    def start_decay(self) -> None:
+        """Begin the decay after the updates taken so far (no effect once it has begun)."""
+        if self.decay_start is None:
+            s = self.last_epoch  # updates taken so far
+            steps = max(1, math.ceil(self.decay_share * s / self.round_to)) * self.round_to
+            self.decay_start, self.decay_steps = s, min(steps, self.total_steps - s)
+
+    @property
+    def done(self) -> bool:
+        return self.decay_start is not None and self.last_epoch >= self.decay_start + self.decay_steps
+
+    def factor(self, step: int) -> float:
+        warm = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        if self.decay_start is None or step < self.decay_start:
+            return warm
+        return warm * max(0.0, 1.0 - (step - self.decay_start) / self.decay_steps)
+
+    def get_lr(self) -> list[float]:
+        if self.decay_start is None and self.last_epoch >= self.latest_start:  # the budget runs out
+            self.decay_start, self.decay_steps = self.latest_start, self.total_steps - self.latest_start
+        f = self.factor(self.last_epoch)
         return [base * f for base in self.base_lrs]

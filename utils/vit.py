@@ -27,8 +27,8 @@ from torch import nn
 
 from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 13)
 from utils.loading import check_same
-from utils.schedules import WarmupCosine
-from utils.train import autocast, fit, model_device
+from utils.schedules import WarmupCosine, WarmupStableDecay
+from utils.train import autocast, fit, model_device, no_gain_for
 from utils.transformer import HF_ACTIVATIONS, Encoder, EncoderConfig, LearnedPositions
 
 Tensor = torch.Tensor
@@ -310,16 +310,21 @@ def augment(x: Tensor, pad: int = 1, flip: bool = True, generator: torch.Generat
 
 
 @torch.no_grad()
+def classify(model: nn.Module, x: Tensor, batch_size: int = 1000, precision: str = "fp32") -> Tensor:
+    """The predicted class of every image x (N, C, H, W) -> (N,) on the CPU (batches go to the
+    model's device), e.g. to compare two models image by image (`utils.metrics.paired_difference`)."""
+    model.eval()
+    device, out = model_device(model), []
+    for i in range(0, len(x), batch_size):
+        with torch.no_grad(), autocast(model, precision):
+            out.append(model(x[i:i + batch_size].to(device)).argmax(-1).cpu())  # (b,)
+    return torch.cat(out)
+
+
 def evaluate_classifier(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1000,
                         precision: str = "fp32") -> float:
     """Accuracy of `model` on images x (N, C, H, W) with labels y (N,) (batches go to its device)."""
-    model.eval()
-    correct, device = 0, model_device(model)
-    for i in range(0, len(y), batch_size):
-        with autocast(model, precision):
-            logits = model(x[i:i + batch_size].to(device))  # (b, K)
-        correct += int((logits.argmax(-1).cpu() == y[i:i + batch_size].cpu()).sum())
-    return correct / len(y)
+    return int((classify(model, x, batch_size, precision) == y.cpu()).sum()) / len(y)
 
 
 def shuffled_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator):
@@ -336,7 +341,8 @@ def train_classifier(model: nn.Module, x: Tensor, y: Tensor, updates: int, batch
                      lr: float = 2e-3, weight_decay: float = 0.05, warmup_steps: int = 100,
                      pad: int = 1, seconds: float | None = None, precision: str = "fp32", seed: int = 0,
                      eval_every: int | None = None, x_val: Tensor | None = None,
-                     y_val: Tensor | None = None, log_every: int | None = None) -> dict:
+                     y_val: Tensor | None = None, patience: int | None = None,
+                     log_every: int | None = None) -> dict:
     """The recipe the ViT and the CNN share, through `utils.train.fit`: AdamW on shuffled
     batches (epoch after epoch), linear warm-up then cosine decay to 0 over `updates`
     (`utils.schedules.WarmupCosine`), gradients clipped at 1, and augmentation: shifts of up to
@@ -345,8 +351,15 @@ def train_classifier(model: nn.Module, x: Tensor, y: Tensor, updates: int, batch
 
     x (N, C, H, W), y (N,). `seconds` caps the training time (a safety net: the cosine follows
     the updates). Every `eval_every` updates and at the end, the accuracy on (x_val, y_val) is
-    logged as "val_acc". Returns `fit`'s log, with "epochs" = passes over the training images.
+    logged as "val_acc". `patience`: early stopping that ends at a low rate. The schedule is then
+    warm-up, the peak rate held, and a linear decay to 0 (`WarmupStableDecay`): the decay starts
+    once `patience` validations in a row have not beaten the best one (at the latest at
+    updates / 1.2), lasts a fifth of the updates before it, and ends the run; the best validated
+    weights are restored. Returns `fit`'s log, with "epochs" = passes over the training images
+    (with `patience` also "best_update" and "decay_start").
     """
+    if patience is not None and (x_val is None or not eval_every):
+        raise ValueError("early stopping (patience) needs validation images (x_val, y_val) and eval_every")
     g, B = torch.Generator().manual_seed(seed), min(batch_size, len(y))
     opt = adamw(model, lr, weight_decay, fused=True)  # one kernel per tensor: cheaper on a CPU
 
@@ -356,7 +369,19 @@ def train_classifier(model: nn.Module, x: Tensor, y: Tensor, updates: int, batch
         return {"loss": F.cross_entropy(m(xb).float(), yb), "n": len(yb)}  # float32 loss
 
     validate = None if x_val is None else (lambda m: {"acc": evaluate_classifier(m, x_val, y_val)})
+    if patience is None:  # a fixed budget: warm-up and cosine over `updates`
+        schedule, stop_when = WarmupCosine(opt, warmup_steps, updates), None
+    else:  # early stopping: hold the rate while validation improves, then decay and stop
+        schedule, stalled = WarmupStableDecay(opt, warmup_steps, updates, 0.2, eval_every), no_gain_for(patience)
+
+        def stop_when(stats: dict) -> bool:
+            if stalled(stats):
+                schedule.start_decay()
+            return schedule.done
     log = fit(model, shuffled_batches(x, y, B, g), step, opt, updates=updates, seconds=seconds,
-              schedule=WarmupCosine(opt, warmup_steps, updates), clip=1.0, precision=precision,
-              validate=validate, eval_every=eval_every, log_every=log_every)
+              schedule=schedule, clip=1.0, precision=precision, validate=validate,
+              eval_every=eval_every, log_every=log_every, stop_when=stop_when,
+              keep_best=None if patience is None else ("val_acc", "max"))
+    if patience is not None:
+        log["decay_start"] = schedule.decay_start
     return {**log, "epochs": log["updates"] * B / len(y)}
