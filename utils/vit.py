@@ -316,7 +316,7 @@ def classify(model: nn.Module, x: Tensor, batch_size: int = 1000, precision: str
     model.eval()
     device, out = model_device(model), []
     for i in range(0, len(x), batch_size):
-        with torch.no_grad(), autocast(model, precision):
+        with autocast(model, precision):
             out.append(model(x[i:i + batch_size].to(device)).argmax(-1).cpu())  # (b,)
     return torch.cat(out)
 
