@@ -38,4 +38,7 @@ html_theme_options = {
     "use_download_button": True,
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    # no right-hand column: its page contents move to the header's "Contents" button, and
+    # the article gets the width, so 100-character code lines and results tables fit
+    "secondary_sidebar_items": [],
 }

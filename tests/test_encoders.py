@@ -113,6 +113,17 @@ def test_minilm_loads_offline_without_sentence_transformers(minilm):
     assert sum(p.numel() for p in minilm.model.parameters()) == 22_713_216
 
 
+def test_loading_minilm_warns_nothing_on_any_transformers(minilm, recwarn):
+    """transformers 4.45 warned on every load (clean_up_tokenization_spaces unset), which
+    notebook 12's first cell showed as stderr; both majors now get the same explicit value."""
+    import warnings
+
+    warnings.simplefilter("always")
+    again = encoders.load_minilm()
+    assert again.tokenizer.clean_up_tokenization_spaces is False
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)], [str(w.message) for w in recwarn]
+
+
 def test_minilm_encodes_unit_vectors_that_mean_something(minilm, tmp_path, capsys):
     texts = ["A wonderful, moving film.", "A wonderful and moving movie.",
              "The tax form is due in April."]

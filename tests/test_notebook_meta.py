@@ -201,3 +201,16 @@ def test_no_placeholder_is_left_in_the_prose(path):
     left = [i for i, cell in enumerate(_read(path).cells)
             if cell.cell_type == "markdown" and "TODO" in cell.source]
     assert not left, f"{path.name}: cells {left} still carry a TODO marker; rewrite them from the run"
+
+
+def test_notebook_code_lines_fit_the_site_column():
+    """The website sets code at 12.5 px in a column where a 120-character line fits, also inside
+    a solution box (tests/test_site.py checks the pages themselves)."""
+    import json
+    from pathlib import Path
+
+    long = [f"{p.name[:2]}: {line.strip()[:50]}"
+            for p in sorted(Path(__file__).resolve().parent.parent.glob("notebooks/[0-9][0-9]_*.ipynb"))
+            for cell in json.loads(p.read_text())["cells"] if cell["cell_type"] == "code"
+            for line in "".join(cell["source"]).splitlines() if len(line) > 120]
+    assert not long, f"code lines over 120 characters: {long}"

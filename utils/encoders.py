@@ -90,7 +90,9 @@ def load_minilm() -> SentenceEncoder:
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in stored notebook outputs
     folder = minilm_path()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    # said explicitly: the default flipped between transformers 4 (True, with a warning) and 5
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
+                                              clean_up_tokenization_spaces=False)
     model = AutoModel.from_pretrained(folder, local_files_only=True).eval()
     model.requires_grad_(False)  # frozen: we only read its features
     return SentenceEncoder(tokenizer, model)

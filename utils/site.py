@@ -119,6 +119,9 @@ def notebook_page(nb, name: str):
         cells.append(cell)
         if id(cell) in links:
             cells.append(links[id(cell)])
+    # the page's sections under its title (the site has no right-hand column: code gets the width)
+    cells.insert(cells.index(first) + 1, nbformat.v4.new_markdown_cell(
+        "```{contents} On this page\n:local:\n:depth: 1\n:class: page-contents\n```"))
     for n, cell in enumerate(cells):
         cell["id"] = f"c{n}"  # unique after the insertions
     nb.cells = cells
