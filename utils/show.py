@@ -111,8 +111,11 @@ class Table:
         return f"{value:.{self.digits}f}" if isinstance(value, float) else str(value)
 
     def __str__(self) -> str:
-        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
-        line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        widths = [max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)]
+
+        def line(cells):
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
         lines = [line(self.columns), line(["-" * w for w in widths]), *map(line, self.rows)]
         return "\n".join(([self.title] if self.title else []) + lines)
 
