@@ -52,5 +52,6 @@ def test_a_table_displays_as_html_and_prints_aligned():
                                    "LSTM   4.9213   <5", "GRU    4.8000   3"]
     html = t._repr_html_()
     assert html.count("<tr>") == 3 and "<caption>val</caption>" in html and "&lt;5" in html
+    assert str(Table(["a", "b"], [])) == "a  b\n-  -"  # no rows yet: the header alone
     with pytest.raises(ValueError, match="every row needs 3 entries"):
         Table(["a", "b", "c"], [[1, 2]])
