@@ -38,7 +38,8 @@ html_theme_options = {
     "use_download_button": True,
     "show_toc_level": 2,
     "navigation_with_keys": False,
-    # no right-hand column: its page contents move to the header's "Contents" button, and
-    # the article gets the width, so 100-character code lines and results tables fit
+    # no right-hand column: each notebook page lists its sections under its title instead
+    # (utils.site.notebook_page), and the article gets the width, so 120-character code lines
+    # and results tables fit (tests/test_site.py)
     "secondary_sidebar_items": [],
 }

@@ -287,9 +287,8 @@ def test_code_outputs_and_tables_fit_the_column_without_scrolling(browser, serve
     """On a 1280-px screen 873 of 1,345 code and output blocks once scrolled sideways in a
     684-px column (the results of notebook 06 hid their last columns). The article now takes
     the right-hand column's width, code is set at 12.5 px (a 120-character line fits, also in a
-    solution box), outputs wrap, and
-    results tables are HTML (utils.show.Table); tests/test_notebook_meta.py keeps code lines
-    within 120 characters."""
+    solution box), outputs wrap, and results tables are HTML (utils.show.Table);
+    tests/test_notebook_meta.py keeps code lines within 120 characters."""
     wide = {}
     for path in NOTEBOOKS:
         _visit(browser, server, f"notebooks/{path.stem}.html")
