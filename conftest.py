@@ -1,7 +1,7 @@
 """Test settings: fast mode and no progress bars, also for the notebook kernels nbval starts.
 
 On a machine without a GPU the notebooks run on `cpu:0` with `SEQ_DEVICE_CHECK=1`: the CPU
-under another name, so every number is the same, while `utils.devicecheck` fails any cell that
+under another name, so every number is the same, while `course.devicecheck` fails any cell that
 leaves a model or tensor off `run.device` (what would break, or quietly stay on the CPU, on a
 GPU). With a GPU they run on it for real.
 """

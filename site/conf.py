@@ -1,13 +1,13 @@
-"""Sphinx configuration of the course website; `python -m utils.site build` writes the sources
+"""Sphinx configuration of the course website; `python -m course site build` writes the sources
 (build/site-src) and runs Sphinx with this folder as its configuration directory."""
 
-from utils.course import REPO_URL
-from utils.site import mathjax_dir
+from course.notebooks import REPO_URL
+from course.site import mathjax_dir
 
 project = "Sequence Models, from RNNs to Transformers"
 author = "the course authors"
 copyright = "the course authors, MIT license"
-extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.viewcode", "utils.site"]
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.viewcode", "course.site"]
 
 # Notebooks are rendered with their committed outputs, never executed.
 nb_execution_mode = "off"
@@ -39,7 +39,7 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
     # no right-hand column: each notebook page lists its sections under its title instead
-    # (utils.site.notebook_page), and the article gets the width, so 120-character code lines
+    # (course.site.notebook_page), and the article gets the width, so 120-character code lines
     # and results tables fit (tests/test_site.py)
     "secondary_sidebar_items": [],
 }

@@ -23,7 +23,7 @@ def no_device_check(monkeypatch):
     """The root conftest turns the notebooks' device check on for the whole process (the
     kernels nbval starts inherit it); unit tests call `setup()` too, so switch it off for each
     of them, and remove a check a test installed."""
-    from utils import devicecheck
+    from course import devicecheck
 
     monkeypatch.delenv("SEQ_DEVICE_CHECK", raising=False)
     monkeypatch.delenv("SEQ_DEVICE", raising=False)

@@ -178,3 +178,15 @@ def test_fit_over_epoch_batches_trains_each_row_once_per_epoch():
     log = fit(model, batches, step, torch.optim.SGD(model.parameters(), lr=0.1), epochs=3, log_every=None)
     assert (log["updates"], log["items"], log["epochs"]) == (12, 3 * N, 3.0)
     assert batches.seen == set(range(N))
+
+
+def test_epoch_batches_keep_the_real_pieces_of_left_padded_rows():
+    """Batches were cut at the longest row's count of real pieces, which is where the real pieces
+    end only under right padding: a left-padded row [pad, 7] came out as [pad], its 7 dropped."""
+    x, m, y = next(iter(EpochBatches(torch.tensor([[0, 7]]), torch.tensor([[False, True]]), torch.tensor([1]))))
+    assert x.tolist() == [[0, 7]] and m.tolist() == [[False, True]] and y.tolist() == [1]
+    ids = torch.tensor([[0, 0, 7, 0], [5, 6, 0, 0]])  # padded left, padded right; the last column: all padding
+    mask = ids > 0
+    x, m, _ = next(iter(EpochBatches(ids, mask, torch.tensor([0, 1]), batch_size=2)))
+    rows = sorted(zip(x.tolist(), m.tolist()))  # the batch's (ids, mask) rows, whatever their order
+    assert rows == sorted(zip(ids[:, :3].tolist(), mask[:, :3].tolist()))  # cut after the last real piece

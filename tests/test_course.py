@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from utils import course
+from course import notebooks as course
 
 NOTEBOOKS = course.notebook_paths()
 
@@ -24,7 +24,7 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_badge_and_setup_cell_agree_with_repo_url(path):
-    assert course.problems(path) == [], "run `python -m utils.course sync`"
+    assert course.problems(path) == [], "run `python -m course sync`"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -33,7 +33,7 @@ def test_committed_outputs_are_clean(path):
     nb = json.loads(path.read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     counts = [c["execution_count"] for c in code]
-    assert counts == list(range(1, len(code) + 1)), "re-run with `python -m utils.course run`"
+    assert counts == list(range(1, len(code) + 1)), "re-run with `python -m course run`"
     text = json.dumps([c["outputs"] for c in code])
     assert '"output_type": "error"' not in text
     for leak in ("/root/", "/home/", "/work/", "/Users/"):
@@ -68,7 +68,7 @@ class FakeColab:
     @staticmethod
     def _clone(folder: Path):
         ignore = shutil.ignore_patterns("__pycache__", "local")
-        for name in ("utils", "notebooks/results"):
+        for name in ("utils", "course", "notebooks/results"):
             shutil.copytree(course.REPO_ROOT / name, folder / name, ignore=ignore)
         for name in ("requirements.txt", "pyproject.toml"):
             shutil.copy(course.REPO_ROOT / name, folder / name)
@@ -77,9 +77,9 @@ class FakeColab:
 
 @pytest.fixture
 def utils_unloaded():
-    """Forget the imported `utils` modules for one test, then put the originals back."""
+    """Forget the imported `utils` and `course` modules for one test, then put the originals back."""
     def ours():
-        return {k: v for k, v in sys.modules.items() if k == "utils" or k.startswith("utils.")}
+        return {k: v for k, v in sys.modules.items() if k.split(".")[0] in ("utils", "course")}
 
     saved = ours()
     for key in saved:
@@ -194,7 +194,7 @@ def test_every_colab_link_and_clone_in_the_repo_uses_repo_url():
     assert set(links) == {(repo, course.BRANCH)}
     clones = {m[1].removesuffix(".git") for t in texts for m in GIT_CLONE.finditer(t)}
     assert clones <= {course.REPO_URL}
-    assert (course.REPO_ROOT / "utils" / "course.py").read_text().count(repo) == 1
+    assert (course.REPO_ROOT / "course" / "notebooks.py").read_text().count(repo) == 1
 
 
 # ---------------------------------------------------------------------------- the runner
@@ -264,7 +264,7 @@ def test_runner_resolves_names_and_explains_unknown_ones(tmp_path, monkeypatch):
 
 
 def test_a_fast_run_asks_before_replacing_full_run_outputs(tmp_path, monkeypatch, capsys):
-    """`SEQ_FAST=1 python -m utils.course run 02` once replaced 02's committed full-run outputs
+    """`SEQ_FAST=1 python -m course run 02` once replaced 02's committed full-run outputs
     with a quick run's after a printed note; now it asks, like `run` without names."""
     import nbformat
 
@@ -288,11 +288,12 @@ def test_a_fast_run_asks_before_replacing_full_run_outputs(tmp_path, monkeypatch
     assert course.main(["run", str(path)]) == 0 and ran == [path, path]
 
 
-@pytest.mark.parametrize("module", ["utils.course", "utils.results"])
-def test_both_commands_answer_help(module):
-    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
-                          text=True, cwd=course.REPO_ROOT, timeout=60)
-    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}")
+@pytest.mark.parametrize("command", ["", "run", "check", "results", "site", "meta", "student"])
+def test_every_command_answers_help(command):
+    """`python -m course student --help` once failed with "no notebook '--help'"."""
+    argv = [sys.executable, "-m", "course", *command.split(), "--help"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=course.REPO_ROOT, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m course {command}".rstrip()), done
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -1,6 +1,6 @@
 """Every training path of `utils` on a CUDA GPU (skipped without one): the model, its batches and
 its optimizer state stay on the GPU, and the loss falls. On the CPU, `tests/test_one_loop.py`
-and the notebooks' device check (`utils.devicecheck`) carry the proof."""
+and the notebooks' device check (`course.devicecheck`) carry the proof."""
 
 import loop_cases as lc
 import pytest

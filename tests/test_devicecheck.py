@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from utils import devicecheck
-from utils.devicecheck import DevicePlacementError
+from course import devicecheck
+from course.devicecheck import DevicePlacementError
 
 DEV = torch.device("cpu:0")
 

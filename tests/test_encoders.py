@@ -176,3 +176,15 @@ def test_input_text_is_what_the_encoder_reads(minilm):
     with pytest.raises(ValueError, match="keep must be"):
         input_text(minilm, [long_text], keep="middle")
 
+
+
+def test_input_text_never_glues_the_head_and_the_tail_into_one_word(minilm):
+    """Cut at 16 pieces, the head ends inside "unbelievably" ("un ##bel ##ie ##va") and the tail
+    starts inside "extraordinarily" ("##ord ##ina ##rily"). Decoded as one sequence the two
+    fragments glued into "unbelievaordinarily", a word neither the text nor the encoder has."""
+    from utils.encoders import input_text
+
+    text = ("This movie was unbelievably overwhelming and the performances were "
+            "extraordinarily heartwarming. ") * 3
+    both = input_text(minilm, [text], max_length=16, keep="head+tail")[0]
+    assert both == "this movie was unbelieva ordinarily heartwarming."

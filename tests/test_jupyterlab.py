@@ -2,7 +2,7 @@
 file byte-identical, so a student's `git status` stays clean and `git pull` does not conflict.
 
 JupyterLab 4 once added `"collapsed": true` to every solution cell and its own kernel name to
-the metadata; `python -m utils.notebook_meta apply` now writes both as JupyterLab does. The
+the metadata; `python -m course meta apply` now writes both as JupyterLab does. The
 test opens every notebook in a real JupyterLab, driven by headless Chromium, saves it (Ctrl+S,
 as autosave would), and compares the bytes; and it round-trips each one through JupyterLab's
 contents API (GET, then PUT of the same model).
@@ -109,7 +109,7 @@ def test_opening_and_saving_in_jupyterlab_changes_no_byte(lab):
                 if time.monotonic() > deadline:  # saved (maybe half-written a moment ago), and different
                     assert saved.stat().st_mtime_ns != before, f"JupyterLab did not save {path.name}"
                     assert saved.read_bytes() in (expected, path.read_bytes()), (
-                        f"{path.name} changed when JupyterLab saved it: run `python -m utils.notebook_meta apply`")
+                        f"{path.name} changed when JupyterLab saved it: run `python -m course meta apply`")
                 time.sleep(0.2)
     finally:
         browser.close()

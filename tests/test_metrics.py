@@ -156,3 +156,12 @@ def test_paired_difference_is_the_mean_gain_with_a_paired_interval():
     assert paired_difference(seeds, b)[0] == pytest.approx(40 / 4000)
     with pytest.raises(ValueError, match="same N"):
         paired_difference(a, b[:10])
+
+
+def test_paired_difference_half_width_uses_the_sample_standard_deviation():
+    """d = a - b = (1, 0, 1, 0): mean 1/2, sample variance 4 (1/2)^2 / (4 - 1) = 1/3, so the
+    half-width is 1.96 sqrt(1/3) / sqrt(4); the population std (ddof=0, 1/2) gives 0.49."""
+    from utils.metrics import paired_difference
+
+    d, half = paired_difference([1, 1, 1, 0], [0, 1, 0, 0])
+    assert d == 0.5 and half == pytest.approx(1.96 * math.sqrt(1 / 3) / 2)

@@ -111,3 +111,15 @@ def test_interpolation_refuses_bad_settings_and_unfitted_use():
         InterpolatedNGramLM(3, 5, held_out=1.0)
     with pytest.raises(ValueError, match="fit"):
         InterpolatedNGramLM(3, 5).probs([1, 2])
+
+
+def test_interpolation_never_keeps_a_nan_held_out_loss_whatever_the_order_of_ks():
+    """k = 0 gives a held-out token seen only there probability 0 under every order: EM's shares
+    are 0 / 0 and the held-out loss NaN. First in the grid, that NaN once stayed the best
+    (NaN < x is always False), and every probability of the fitted model was NaN."""
+    rng = np.random.default_rng(0)
+    ids = np.concatenate([rng.integers(0, 5, 200), [5], rng.integers(0, 5, 20)])  # a 5 only held out
+    first = InterpolatedNGramLM(3, 6, ks=(0.0, 0.01, 0.1)).fit(ids)
+    last = InterpolatedNGramLM(3, 6, ks=(0.01, 0.1, 0.0)).fit(ids)
+    assert first.k == last.k == 0.1 and np.array_equal(first.weights, last.weights)
+    assert math.isfinite(first.held_out_nll) and np.all(np.isfinite(first.probs(ids)))

@@ -1,4 +1,4 @@
-"""Generated notebook structure (utils.notebook_meta): every exercise has a marked, executed,
+"""Generated notebook structure (course.notebook_meta): every exercise has a marked, executed,
 collapsed solution and nothing else is marked; every cell has slide metadata; the run-time
 lines come from the results files; the student edition; executing a notebook keeps it all."""
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils import notebook_meta as meta
+from course import notebook_meta as meta
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-APPLY = "run `python -m utils.notebook_meta apply` and commit the notebooks"
+APPLY = "run `python -m course meta apply` and commit the notebooks"
 # Content only the notebook's author can add: each solution starts with its "**k.**" (or a
 # code cell with "# k.") and every exercise has one. Strict: the entry must go once it is fixed.
 MISSING_SOLUTIONS: dict[str, str] = {}
@@ -179,9 +179,9 @@ def test_student_edition_command_writes_every_notebook(tmp_path):
 
 
 def test_executing_a_notebook_keeps_its_metadata(tmp_path):
-    """`python -m utils.course run` re-executes notebooks; tags, slide types and collapsed
+    """`python -m course run` re-executes notebooks; tags, slide types and collapsed
     cells must survive it (only the per-cell timing metadata is dropped)."""
-    from utils.course import run
+    from course.notebooks import run
 
     nb = _toy()
     nb.cells = [nb.cells[0], nbformat.v4.new_code_cell("print(6 * 7)")]

@@ -43,7 +43,7 @@ def test_an_old_python_is_refused_before_pip_downloads_anything(monkeypatch):
 def test_the_quick_start_installs_the_cpu_wheel_first_and_names_the_same_python_everywhere():
     """`pip install -r requirements.txt` alone pulls PyPI's CUDA torch (several GB) on a Linux
     laptop: the CPU path installs the CPU wheel first; README and site say the same floor."""
-    from utils.site import RUNNING
+    from course.site import RUNNING
 
     readme = (ROOT / "README.md").read_text()
     cpu = [ln for ln in readme.splitlines() if "download.pytorch.org/whl/cpu" in ln and "requirements.txt" in ln]
@@ -57,8 +57,8 @@ def test_the_quick_start_installs_the_cpu_wheel_first_and_names_the_same_python_
 
 def test_citation_file_agrees_with_the_package_and_the_repository():
     """CITATION.cff (validated with `cffconvert --validate` when written) names the same
-    repository as utils.course.REPO_URL, the package's version and its license."""
-    from utils.course import REPO_URL
+    repository as course.notebooks.REPO_URL, the package's version and its license."""
+    from course.notebooks import REPO_URL
 
     cff = (ROOT / "CITATION.cff").read_text()
     field = lambda name: re.search(rf'^{name}: "?([^"\n]*)"?$', cff, re.M)[1]  # noqa: E731
@@ -67,7 +67,7 @@ def test_citation_file_agrees_with_the_package_and_the_repository():
 
 
 def test_sync_rewrites_the_citations_repository(tmp_path, monkeypatch):
-    from utils import course
+    from course import notebooks as course
 
     citation = tmp_path / "CITATION.cff"
     citation.write_text((ROOT / "CITATION.cff").read_text())

@@ -140,3 +140,27 @@ def test_warmup_stable_decay_starts_by_itself_so_the_run_ends_at_its_budget_and_
     assert first + lrs(opt2, sched2, 3) == pytest.approx(full) and sched2.done
     with pytest.raises(ValueError, match="decay_share"):
         WarmupStableDecay(make_opt(), 0, 12, decay_share=0)
+
+
+def test_warmup_stable_decay_starts_by_itself_no_later_than_its_share_allows():
+    """100 / 1.2 = 83.3 steps: the decay starts at 83 (rounded down), so it lasts 17 steps, at
+    least a fifth of the 83 before it; rounded up to 84 it would last 16 < 84 / 5."""
+    opt = make_opt()
+    sched = WarmupStableDecay(opt, 0, 100, decay_share=0.2)
+    seen = lrs(opt, sched, 100)
+    assert (sched.decay_start, sched.decay_steps) == (83, 17) and sched.done
+    assert seen[:84] == pytest.approx([1.0] * 84)
+    assert seen[83:] == pytest.approx([1 - j / 17 for j in range(17)])
+
+
+def test_a_late_start_decay_still_ends_at_the_budget():
+    """Told to decay one update before the latest start, a fifth of the 82 updates taken, rounded
+    up to the interval of 10, would run to 102: the decay is cut to the 18 updates left, and the
+    rate reaches 0 exactly at the budget, never passing it."""
+    opt = make_opt()
+    sched = WarmupStableDecay(opt, 0, 100, decay_share=0.2, round_to=10)
+    lrs(opt, sched, 82)
+    sched.start_decay()
+    assert (sched.decay_start, sched.decay_steps) == (82, 18)
+    assert lrs(opt, sched, 18) == pytest.approx([1 - j / 18 for j in range(18)])
+    assert sched.done and lrs(opt, sched, 2) == [0.0, 0.0]  # at the budget, and after it

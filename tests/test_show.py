@@ -55,3 +55,15 @@ def test_a_table_displays_as_html_and_prints_aligned():
     assert str(Table(["a", "b"], [])) == "a  b\n-  -"  # no rows yet: the header alone
     with pytest.raises(ValueError, match="every row needs 3 entries"):
         Table(["a", "b", "c"], [[1, 2]])
+
+
+def test_a_table_rounds_numpy_and_torch_floats_too():
+    """np.float32 is no Python float (np.float64 is): its every digit was printed, and a 0-d
+    tensor printed as "tensor(...)". Integers and booleans of any kind stay as they are."""
+    import numpy as np
+    import torch
+
+    from utils.show import Table
+
+    row = [np.float32(1 / 3), np.float64(2 / 3), torch.tensor(0.25), np.int64(3), np.bool_(True), 7]
+    assert Table(list("abcdef"), [row], digits=2).rows == [["0.33", "0.67", "0.25", "3", "True", "7"]]

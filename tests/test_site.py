@@ -1,4 +1,4 @@
-"""The course website (utils.site): built once per test run from the committed notebooks, then
+"""The course website (course.site): built once per test run from the committed notebooks, then
 checked from its HTML and, where Debian's `chromium` is installed, in a real headless browser
 over a local server with every other host unreachable.
 
@@ -22,9 +22,9 @@ import nbformat
 import pytest
 from chromium import Browser, find_chromium
 
-from utils.notebook_meta import find_exercises
+from course.notebook_meta import find_exercises
+from course.site import definition_name, utils_modules
 from utils.show import shown_sources
-from utils.site import definition_name, utils_modules
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -37,7 +37,7 @@ def site(tmp_path_factory) -> Path:
     if os.environ.get("SEQ_SITE"):
         return Path(os.environ["SEQ_SITE"]).resolve()
     out = tmp_path_factory.mktemp("site") / "site"
-    subprocess.run([sys.executable, "-m", "utils.site", "build", "--out", str(out)], cwd=REPO,
+    subprocess.run([sys.executable, "-m", "course.site", "build", "--out", str(out)], cwd=REPO,
                    check=True, timeout=900)
     return out
 
@@ -270,10 +270,10 @@ def test_every_slide_fits_its_frame_and_the_way_back_is_visible(browser, server)
 
 
 def test_serving_before_a_build_says_to_build_first(tmp_path):
-    """`python -m utils.site serve` with nothing built served 404s without a word."""
-    from utils.site import main
+    """`python -m course site serve` with nothing built served 404s without a word."""
+    from course.site import main
 
-    with pytest.raises(SystemExit, match=rf"no built site in {re.escape(str(tmp_path))} .*utils.site build --out"):
+    with pytest.raises(SystemExit, match=rf"no built site in {re.escape(str(tmp_path))} .*course.site build --out"):
         main(["serve", "--out", str(tmp_path)])
 
 

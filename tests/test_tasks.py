@@ -156,3 +156,19 @@ def test_updates_to_solve_is_the_median_over_solved_runs():
     assert updates_to_solve(runs) == 200 and updates_to_solve(runs[1:2]) is None
     from utils.tasks import seed_updates
     assert seed_updates(runs) == "300 x 100 200"
+
+
+def test_recall_sweep_ranks_rates_by_runs_solved_before_updates(monkeypatch):
+    """At 1e-3 one grid run solves fast and one never does (mean updates (50 + 600) / 2 = 325);
+    at 1e-2 both solve in 500: 1e-2 wins, though its mean updates are higher."""
+    import utils.tasks as tasks
+
+    def fake(cell, T, steps, lr, seed, device, forget_bias, stop_at, **kw):
+        solved = lr == 1e-2 or seed == 10
+        updates = 500 if lr == 1e-2 else (50 if solved else steps)
+        return {"val_acc": 1.0 if solved else 0.5, "test_acc": 1.0, "solved": solved, "updates": updates}
+
+    monkeypatch.setattr(tasks, "train_recall", fake)
+    out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3], seeds=[0], lrs=[1e-3, 1e-2], cap=600,
+                             grid_distance=3, grid_seeds=[10, 11], max_extra=0)
+    assert out["grid"] == {("rnn", 1e-3): (1, 325), ("rnn", 1e-2): (2, 500)} and out["lr"]["rnn"] == 1e-2

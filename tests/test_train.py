@@ -361,3 +361,36 @@ def test_choose_rate_extends_a_grid_whose_edge_wins_and_ignores_non_finite_losse
     assert best == pytest.approx(1e-3 / 3) and len(losses) == 3
     with pytest.raises(ValueError, match="positive"):
         choose_rate(bowl, [])
+
+
+def test_improves_is_the_one_nan_safe_better():
+    from utils.compare import improves
+
+    assert improves(1.0, 2.0) and not improves(2.0, 1.0) and improves(2.0, 1.0, "max")
+    assert not improves(1.0, 1.0)  # a tie keeps the first
+    for bad in (math.nan, math.inf, -math.inf):  # a non-finite score never improves...
+        assert not improves(bad, 1.0) and not improves(bad, None) and not improves(bad, 1.0, "max")
+        assert improves(5.0, bad) and improves(5.0, bad, "max")  # ...and any finite one beats it
+    assert improves(5.0, None)
+    with pytest.raises(ValueError, match="mode"):
+        improves(1.0, 2.0, "lowest")
+
+
+def test_choose_rate_never_picks_a_nan_that_comes_first_or_a_minus_inf_loss():
+    """min() keeps a NaN it starts with (x < NaN is always False) and takes -inf as the lowest:
+    both are diverged runs. The existing grid test had its NaN last, where min() skips it."""
+    from utils.train import choose_rate
+
+    losses = {1e-3: math.nan, 1e-2: 0.5, 3e-2: 0.4, 1e-1: 0.6}
+    assert choose_rate(losses.get, list(losses), max_extra=0)[0] == 3e-2
+    losses = {1e-3: 0.5, 1e-2: 0.4, 3e-2: -math.inf, 1e-1: 0.6}
+    assert choose_rate(losses.get, list(losses), max_extra=0)[0] == 1e-2
+
+
+def test_no_gain_for_never_counts_a_non_finite_validation_as_a_gain():
+    """A NaN first must not become the best to beat, and a loss of -inf (a diverged run) is no
+    gain: it once reset the patience as the best loss ever seen."""
+    from utils.train import no_gain_for
+
+    stop = no_gain_for(2, key="val_loss", mode="min")
+    assert [stop({"val_loss": v}) for v in (math.nan, 2.0, 1.0, -math.inf, 1.5)] == [False] * 4 + [True]

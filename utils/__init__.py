@@ -23,12 +23,13 @@ Modules (each notebook imports what it needs):
 - `utils.bert`: the BERT-style encoder that runs the real MiniLM weights, MLM masking, fine-tuning batches in true epochs (12)
 - `utils.vit`: the Vision Transformer (patches, class token, equal to Hugging Face's ViT with copied weights), the CNN baseline and their training recipe (13)
 - `utils.taming`: training-stability runs (same steps; failed and non-finite runs told apart) and their diagnostics: per-block gradients, layer-norm Jacobian, RAdam's rectification (14)
+- `utils.compare`: which of two scores is better (NaN-safe), headline verdicts, paired intervals and other decision helpers
 - `utils.loading`: the configuration check every weight loader (`load_from_torch`, `load_from_hf`) shares
-- `utils.show`: render a `utils` definition's source in a notebook
-- `utils.results`: headline numbers of full runs and the README results table
-- `utils.course`: repository URL, Colab badge/setup cell, executing notebooks
-- `utils.notebook_meta`: generated notebook structure (solution tags, slide metadata, run-time lines) and the student edition
-- `utils.site`: the course website and slide decks, built offline from the committed notebooks
+- `utils.show`: render a `utils` definition's source in a notebook; results tables (`Table`)
+- `utils.results`: record a full run's headline numbers (`save_results`) and read another notebook's (`load_metrics`)
+
+The machinery that runs, checks and publishes the notebooks (runner, website, slides, student
+edition, README tables, device check) is the separate package `course`.
 """
 
 from utils.settings import get_device, is_fast, pick, seed_everything, setup

@@ -170,8 +170,9 @@ class EpochBatches:
     permutation drawn from a generator seeded once with `seed`, cut into batches of
     `batch_size` (the last one of a pass may be smaller): sampling *without* replacement, so
     every row is trained on exactly once per epoch (drawing batches with `randint` instead
-    touches only about 63% of the rows in "one pass"). Columns that are padding in every row of
-    a batch are dropped. `len` is batches per epoch; `seen` holds the distinct rows handed out.
+    touches only about 63% of the rows in "one pass"). A batch is cut after its last column with
+    a real piece in some row (by the mask, so left-padded rows keep theirs). `len` is batches per
+    epoch; `seen` holds the distinct rows handed out.
     """
 
     def __init__(self, ids: Tensor, key_mask: Tensor, labels: Tensor, batch_size: int = 16,
@@ -190,7 +191,8 @@ class EpochBatches:
         order = torch.randperm(len(self.labels), generator=self.generator)  # (N,) one epoch
         for i in order.split(self.batch_size):  # (b,) each row once
             self.seen.update(i.tolist())
-            keep = int(self.key_mask[i].sum(1).max())  # the longest row's real pieces
+            real = self.key_mask[i].any(0).nonzero()  # (n, 1) the columns real in some row
+            keep = int(real.max()) + 1 if len(real) else 0  # up to the last of them
             yield self.ids[i, :keep], self.key_mask[i, :keep], self.labels[i]  # (b, T'), (b, T'), (b,)
 
 

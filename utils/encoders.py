@@ -107,10 +107,17 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def head_and_tail(ids: list[int], max_length: int) -> list[int]:
     """A tokenized text ([CLS] ... [SEP]) cut to `max_length` pieces by keeping its first and last
     pieces, half each: a review's verdict often comes at its end."""
+    head, tail = _head_tail_parts(ids, max_length)
+    return head + tail
+
+
+def _head_tail_parts(ids: list[int], max_length: int) -> tuple[list[int], list[int]]:
+    """`head_and_tail` in its two parts, ([CLS] + first pieces, last pieces + [SEP]); an uncut
+    text is all head."""
     if len(ids) <= max_length:
-        return ids
+        return ids, []
     inner, keep = ids[1:-1], max_length - 2
-    return [ids[0], *inner[: keep - keep // 2], *inner[len(inner) - keep // 2:], ids[-1]]
+    return [ids[0], *inner[: keep - keep // 2]], [*inner[len(inner) - keep // 2:], ids[-1]]
 
 
 def input_text(enc: SentenceEncoder, texts: list[str], max_length: int = 128,
@@ -120,11 +127,18 @@ def input_text(enc: SentenceEncoder, texts: list[str], max_length: int = 128,
     fitted on these strings sees the same input as the encoder."""
     if keep == "head":
         ids = enc.tokenizer(texts, truncation=True, max_length=max_length, verbose=False)["input_ids"]
-    elif keep == "head+tail":
-        ids = [head_and_tail(x, max_length) for x in enc.tokenizer(texts, verbose=False)["input_ids"]]
-    else:
+        return enc.tokenizer.batch_decode(ids, skip_special_tokens=True)
+    if keep != "head+tail":
         raise ValueError(f"keep must be 'head' or 'head+tail', got {keep!r}")
-    return enc.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def decode(ids: list[int]) -> str:  # a tail that starts inside a word keeps its "##": dropped
+        return enc.tokenizer.decode(ids, skip_special_tokens=True).removeprefix("##")
+
+    # the head and the tail decoded apart and joined by a space: decoded as one sequence, a word
+    # cut at the end of the head and one cut at the start of the tail glued into a word that
+    # neither the text nor the encoder has ("unbelieva" + "##ordinarily")
+    parts = [_head_tail_parts(x, max_length) for x in enc.tokenizer(texts, verbose=False)["input_ids"]]
+    return [" ".join(text for text in (decode(head), decode(tail)) if text) for head, tail in parts]
 
 
 def _tokenize(enc: SentenceEncoder, texts: list[str], max_length: int, keep: str, device) -> dict:

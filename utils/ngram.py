@@ -141,6 +141,8 @@ class InterpolatedNGramLM:
         return np.stack([m.probs(ids) for m in models], axis=1)  # (N, orders)
 
     def fit(self, ids: Sequence[int] | np.ndarray) -> InterpolatedNGramLM:
+        from utils.compare import improves  # the NaN-safe "better" that utils.train uses too
+
         ids = _as_ids(ids, self.V)
         cut = int(len(ids) * (1 - self.held_out))
         counts = [NGramLM(n, self.V, 0.0, self.bos_id).fit(ids[:cut]) for n in self.orders]
@@ -148,11 +150,14 @@ class InterpolatedNGramLM:
         for k in self.ks:
             P = self._stack([m.with_k(k) for m in counts], ids[cut:])  # (N_held, orders)
             w = np.full(len(self.orders), 1 / len(self.orders))
-            for _ in range(self.em_steps):  # E: each order's share of every token; M: their means
-                share = P * w
-                w = (share / share.sum(1, keepdims=True)).mean(0)
-            nll = -np.log(P @ w).mean()
-            if best is None or nll < best[0]:
+            # a k that gives a held-out token P = 0 under every order (k = 0) makes the shares
+            # 0 / 0 and the loss NaN or inf: such a k loses to any finite one, wherever it stands
+            with np.errstate(divide="ignore", invalid="ignore"):
+                for _ in range(self.em_steps):  # E: each order's share of every token; M: their means
+                    share = P * w
+                    w = (share / share.sum(1, keepdims=True)).mean(0)
+                nll = float(-np.log(P @ w).mean())
+            if best is None or improves(nll, best[0]):
                 best = (nll, k, w)
         self.held_out_nll, self.k, self.weights = best  # nats per held-out token
         self.models = [NGramLM(n, self.V, self.k, self.bos_id).fit(ids) for n in self.orders]
@@ -167,3 +172,114 @@ class InterpolatedNGramLM:
     def perplexity(self, ids: Sequence[int] | np.ndarray) -> float:
         """exp(mean NLL per token) of a whole stream of ids."""
         return math.exp(-np.log(self.probs(ids)).mean())
+
+
+def _kn_discounts(counts: np.ndarray, modified: bool) -> np.ndarray:
+    """[0, D1, D2, D3+] from one order's counts-of-counts n_r (Chen & Goodman 1998, modified KN):
+
+        Y = n1 / (n1 + 2 n2),   plain: D = Y for every count,
+        modified: D_r = r - (r + 1) Y n_{r+1} / n_r   (r = 1, 2, 3; D_3 serves every count >= 3).
+
+    Tiny data can make an estimate undefined (n_r = 0) or push it out of (0, r]; such a D_r
+    falls back to Y, and Y to 0.5 when n1 = 0. D > 0 keeps every backoff weight positive (no
+    zero probabilities) and D_r <= r keeps every distribution normalized.
+    """
+    n = np.bincount(np.minimum(counts, 5), minlength=6).astype(float)  # n[r]: n-grams seen r times
+    y = n[1] / (n[1] + 2 * n[2]) if n[1] > 0 else 0.5
+    out = np.array([0.0, y, y, y])  # index min(count, 3); a count of 0 is never discounted
+    for r in (1, 2, 3) if modified else ():
+        d = r - (r + 1) * y * n[r + 1] / n[r] if n[r] > 0 else -1.0
+        out[r] = d if 0 < d <= r else y
+    return out
+
+
+class KneserNeyLM:
+    """Interpolated Kneser-Ney over ids 0..V-1 (Chen & Goodman 1998, interpolated and modified KN):
+
+        P_m(w | h) = (max(c_m(h, w) - D_m(c), 0) + gamma_m(h) P_{m-1}(w | h')) / c_m(h),
+        gamma_m(h) = D_m1 N1(h.) + D_m2 N2(h.) + D_m3+ N3+(h.),   c_m(h) = sum_w c_m(h, w),
+
+    h the last m-1 tokens, h' the last m-2, N_r(h.) the number of w with c_m(h, w) = r (3+: >= 3),
+    and P_0 = 1/V, so symbols never seen still get mass. A context never seen (c_m(h) = 0) passes
+    P_{m-1} through. The highest order counts c_n(h, w) raw; every lower order counts N1+(. h w),
+    the number of distinct tokens seen before h w: "Francisco" follows only "San", so as a
+    backoff guess after a new word it should be rare, however often it occurs.
+    `discounts="plain"` uses one D per order, "modified" three (D1, D2, D3+): see `_kn_discounts`.
+    Tables, keys, bos padding and lookups as in `NGramLM`; one pass per order, none per token.
+    """
+
+    def __init__(self, order: int, vocab_size: int, discounts: str = "modified", bos_id: int = 2
+                 ) -> None:
+        if order < 1:
+            raise ValueError(f"order must be at least 1, got {order}")
+        if discounts not in ("plain", "modified"):
+            raise ValueError(f"discounts must be 'plain' or 'modified', got {discounts!r}")
+        if vocab_size < 2 or not 0 <= bos_id < vocab_size:
+            raise ValueError(f"need vocab_size >= 2 and bos_id in [0, vocab_size), got "
+                             f"vocab_size={vocab_size}, bos_id={bos_id}")
+        if vocab_size ** order >= 2 ** 62:
+            raise ValueError(f"V**order = {vocab_size}**{order} overflows the int64 n-gram keys")
+        self.order, self.V, self.discounts, self.bos_id = order, vocab_size, discounts, bos_id
+        # per order m = 1..n: (m-gram keys, counts, D by count, context keys, c(h), gamma numerator)
+        self.tables = None
+        self.discounts_ = None  # per order: (D,) plain, (D1, D2, D3+) modified
+
+    # the same stream handling as NGramLM: bos padding, base-V keys, sampling
+    _keys = NGramLM._keys
+    nll = NGramLM.nll
+    perplexity = NGramLM.perplexity
+    next_distribution = NGramLM.next_distribution
+    sample = NGramLM.sample
+
+    def fit(self, ids: Sequence[int] | np.ndarray) -> KneserNeyLM:
+        """Count every order's (raw or continuation) n-grams, discounts and context totals."""
+        grams, counts = np.unique(self._keys(_as_ids(ids, self.V)), return_counts=True)  # order n
+        tables = []
+        for m in range(self.order, 0, -1):
+            if m < self.order:  # N1+(. g): the distinct (m+1)-grams that end in g
+                grams, counts = np.unique(tables[-1][0] % self.V ** m, return_counts=True)
+            d = _kn_discounts(counts, self.discounts == "modified")
+            # contexts: grams // V is sorted, so each context's n-grams form one run
+            ctxs, start = np.unique(grams // self.V, return_index=True)
+            n_r = np.stack([counts == 1, counts == 2, counts >= 3]).astype(float)  # (3, T)
+            gamma_num = d[1:] @ np.add.reduceat(n_r, start, axis=1) if len(start) else np.zeros(0)
+            c_h = np.add.reduceat(counts, start) if len(start) else np.zeros(0, dtype=np.int64)
+            tables.append((grams, counts, d, ctxs, c_h, gamma_num))
+        self.tables = tables[::-1]  # index m - 1
+        self.discounts_ = [tuple(float(x) for x in (t[2][1:] if self.discounts == "modified"
+                                                    else t[2][1:2])) for t in self.tables]
+        return self
+
+    @property
+    def n_grams(self) -> int:
+        """Entries in all the n-gram tables together (orders 1..n), for comparing table sizes."""
+        return sum(len(t[0]) for t in self.tables) if self.tables is not None else 0
+
+    def _probs_of_keys(self, keys: np.ndarray) -> np.ndarray:
+        if self.tables is None:
+            raise ValueError("call fit(ids) before asking for probabilities")
+        p = np.full(len(keys), 1.0 / self.V)  # (N,) P_0: uniform
+        for m, (grams, counts, d, ctxs, c_h, gamma_num) in enumerate(self.tables, start=1):
+            g = keys % self.V ** m  # (N,) the m-gram ending at each position
+            c = _lookup(g, grams, counts)  # (N,) 0 if unseen
+            ctx_total = _lookup(g // self.V, ctxs, c_h)  # (N,) 0: context unseen, keep P_{m-1}
+            num = np.maximum(c - d[np.minimum(c, 3)], 0) + _lookup(g // self.V, ctxs, gamma_num) * p
+            p = np.divide(num, ctx_total, out=p, where=ctx_total > 0)
+        return p
+
+    def probs(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """P(x_t | previous n-1 tokens) for every token of `ids`: shape (N,)."""
+        return self._probs_of_keys(self._keys(_as_ids(ids, self.V)))
+
+    @classmethod
+    def choose_order(cls, ids: Sequence[int] | np.ndarray, orders: Sequence[int], vocab_size: int,
+                     held_out: float = 0.1, **kw) -> tuple[KneserNeyLM, dict[int, float]]:
+        """Fit each order on the first 1 - held_out of the TRAINING ids, score the rest, and refit
+        the order of lowest held-out perplexity on all ids: (that model, {order: held-out PPL})."""
+        if not orders or not 0 < held_out < 1:
+            raise ValueError(f"need orders and 0 < held_out < 1, got {orders}, {held_out}")
+        ids = _as_ids(ids, vocab_size)
+        cut = int(len(ids) * (1 - held_out))
+        ppl = {n: cls(n, vocab_size, **kw).fit(ids[:cut]).perplexity(ids[cut:]) for n in orders}
+        best = min(ppl, key=lambda n: (math.isnan(ppl[n]), ppl[n]))  # NaN never wins
+        return cls(best, vocab_size, **kw).fit(ids), ppl

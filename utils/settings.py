@@ -178,7 +178,7 @@ def setup(seed: int = 0, threads: int | None = None, quiet: bool = False) -> Run
     use_course_style()
     run = Run(seed=seed, device=get_device(), fast=is_fast())
     if os.environ.get("SEQ_DEVICE_CHECK") == "1":  # the test run's GPU stand-in on a CPU
-        from utils.devicecheck import install
+        from course.devicecheck import install
 
         install(run.device)
     if not quiet:

@@ -93,7 +93,8 @@ class Table:
     """A results table that displays as a table: HTML in JupyterLab and on the course website,
     where a printed fixed-width table wider than the page scrolls sideways; aligned text in a
     terminal or a plain-text output (`str`). `rows` are lists in the order of `columns`;
-    floats are shown with `digits` decimals, everything else as `str` gives it.
+    floats (numpy's and 0-d float tensors too) are shown with `digits` decimals, everything
+    else as `str` gives it.
 
         Table(["model", "val ppl"], [["LSTM", 4.92], ["GRU", 4.82]], title="validation")
     """
@@ -108,6 +109,8 @@ class Table:
         self.rows = [[self._text(v) for v in row] for row in rows]
 
     def _text(self, value) -> str:
+        if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a numpy or torch scalar
+            value = value.item()  # -> a Python float, int, bool, ...
         return f"{value:.{self.digits}f}" if isinstance(value, float) else str(value)
 
     def __str__(self) -> str:

@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from utils.compare import improves
+
 Step = Callable[[nn.Module, object], dict]
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -216,16 +218,15 @@ def no_gain_for(patience: int = 1, key: str = "val_acc", mode: str = "max") -> C
     run ends `patience` validations after its best and returns the best weights."""
     if patience < 1 or mode not in ("max", "min"):
         raise ValueError(f"need patience >= 1 and mode 'max' or 'min', got {patience}, {mode!r}")
-    best, since = -math.inf, 0
+    best, since = None, 0
 
     def stop(stats: dict) -> bool:
         nonlocal best, since
         if key not in stats:
             raise KeyError(f"no_gain_for watches {key!r}, but the validation logged only "
                            f"{sorted(stats)}: pass a key that fit logs (e.g. 'val_loss')")
-        value = stats[key] if mode == "max" else -stats[key]
-        if value > best:  # a NaN is never an improvement
-            best, since = value, 0
+        if improves(stats[key], best, mode):  # a NaN is never an improvement
+            best, since = stats[key], 0
         else:
             since += 1
         return since >= patience
@@ -246,8 +247,12 @@ def choose_rate(trial: Callable[[float], float], rates: list[float], step: float
         raise ValueError(f"give at least one positive rate, got {rates}")
     losses = {lr: trial(lr) for lr in sorted(rates)}
 
-    def best() -> float:
-        return min(losses, key=lambda lr: losses[lr] if math.isfinite(losses[lr]) else math.inf)
+    def best() -> float:  # the lowest loss, the earlier rate on a tie; a non-finite loss never wins
+        top = None
+        for lr in losses:
+            if top is None or improves(losses[lr], losses[top]):
+                top = lr
+        return top
 
     for _ in range(max_extra):
         lr = best()
@@ -311,10 +316,8 @@ def _keep_best(model, log, keep_best, best):
         raise ValueError(f"keep_best mode must be 'max' or 'min', got {mode!r}")
     if key not in log:
         raise ValueError(f"keep_best names {key!r}, but validation logged {sorted(k for k in log if k.startswith('val_'))}")
-    score = log[key][-1] if mode == "max" else -log[key][-1]
-    if not math.isfinite(score):  # a NaN validation is never best (NaN > x is always False)
-        score = -math.inf
-    if best is None or score > best[0]:
+    score = log[key][-1]
+    if best is None or improves(score, best[0], mode):  # a NaN validation is never best
         best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()}, log["eval_update"][-1])
     return best
 

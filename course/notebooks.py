@@ -1,9 +1,9 @@
 """The course's notebooks as files: repository URL, Colab badge and setup cell, executing them.
 
 `REPO_URL` is the one place the repository address lives. Every notebook's Colab badge and
-Colab setup cell are generated from it (`python -m utils.course sync`), and a test checks
-they agree (`python -m utils.course check`). A fork changes `REPO_URL` (and `BRANCH`), then
-syncs. `python -m utils.course run NB...` executes notebooks top to bottom and stores their
+Colab setup cell are generated from it (`python -m course sync`), and a test checks
+they agree (`python -m course check`). A fork changes `REPO_URL` (and `BRANCH`), then
+syncs. `python -m course run NB...` executes notebooks top to bottom and stores their
 outputs and results, as committed (`--help` for the options).
 
 On Colab the setup cell clones the repository and calls `colab_install`, which installs the
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# A fork changes these two lines, then runs `python -m utils.course sync` and commits.
+# A fork changes these two lines, then runs `python -m course sync` and commits.
 REPO_URL = "https://github.com/sequence-models-course/sequence-models"
 BRANCH = "main"
 
@@ -91,7 +91,7 @@ if "google.colab" in sys.modules:
                                "runtime is online, then run this cell again.")
     if folder not in sys.path:
         sys.path.insert(0, folder)  # this kernel imports the clone's utils
-    from utils.course import colab_install
+    from course.notebooks import colab_install
 
     colab_install(folder, "{notebook}")
 else:  # your own machine: `pip install -e .` (in requirements.txt) makes the course importable
@@ -100,7 +100,8 @@ else:  # your own machine: `pip install -e .` (in requirements.txt) makes the co
 
     spec = importlib.util.find_spec("utils")
     origin = spec.origin if spec else None
-    if not (origin and os.path.exists(os.path.join(os.path.dirname(origin), "course.py"))):
+    home = os.path.dirname(os.path.dirname(origin)) if origin else ""  # the course's folder
+    if not os.path.exists(os.path.join(home, "course", "notebooks.py")):  # its machinery beside it
         where = origin or ", ".join(spec.submodule_search_locations or []) if spec else ""
         found = f"another package named utils ({{where}})" if spec else "no package named utils"
         raise ModuleNotFoundError(f"This kernel's Python cannot import the course's `utils`: it finds "
@@ -162,6 +163,7 @@ def colab_install(folder: str, notebook: str) -> None:
     if missing:
         raise RuntimeError(f"Colab setup stopped: pip finished but {', '.join(missing)} cannot be "
                            "imported. Use Runtime > Restart session, then run this cell again.")
+    importlib.import_module("utils")  # the clone's (first on sys.path): fails here, not in cell 2
     print(colab_note(notebook, Path(folder) / "notebooks" / "results"))
 
 
@@ -216,7 +218,7 @@ def problems(path: Path) -> list[str]:
         found.append(f"{path.name}: the first markdown cell lacks the badge {colab_badge(path.name)}")
     setup = _setup_cells(nb)
     if not setup or setup[0].source != setup_cell_source(path.stem):
-        found.append(f"{path.name}: the Colab setup cell differs from utils.course.setup_cell_source()")
+        found.append(f"{path.name}: the Colab setup cell differs from course.notebooks.setup_cell_source()")
     first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
     if setup and first_code is not setup[0]:
         found.append(f"{path.name}: the Colab setup cell must be the first code cell")
@@ -319,9 +321,9 @@ def resolve(name: str) -> Path:
 
 def _last_full_runs_min(paths: list[Path]) -> float:
     """Minutes the last recorded full runs of these notebooks took, from notebooks/results."""
-    from utils.results import load_results  # imports torch: only once a run is asked for
+    from course.results import stored_record  # imports torch: only once a run is asked for
 
-    records = [load_results(p.stem) for p in paths]
+    records = [stored_record(p.stem) for p in paths]
     return sum(r["wall_time_s"] for r in records if r is not None) / 60
 
 
@@ -339,7 +341,7 @@ def confirm_all(paths: list[Path], mode: str) -> bool:
                    f"and results (the last full runs took {_last_full_runs_min(paths):.0f} min on a "
                    "2-core CPU)? [y/N] ",
                    "`run` without notebook names runs all of them: pass --all to confirm, or name "
-                   "the notebooks (e.g. `python -m utils.course run 03`).")
+                   "the notebooks (e.g. `python -m course run 03`).")
 
 
 RUN_HEADER_MODE = re.compile(r"^mode\s*: (full|fast)\b", re.M)  # utils.settings.run_header's first line
@@ -374,12 +376,21 @@ def run_command(names: list[str], all_confirmed: bool, replace_full: bool = Fals
               "committed full run's; results are not recorded")
     for p in paths:
         print(f"{p.name}: {run(p):.0f} s ({mode} mode)", flush=True)
+    if mode == "full":  # what now shows this run's old numbers
+        from course.results import rerun_order
+
+        ran = [p.stem for p in paths]
+        readers = [n for n in rerun_order(ran) if n not in ran]
+        if readers:
+            print(f"notebooks that read {', '.join(ran)}'s results (directly or through others): "
+                  f"re-run them in this order: {', '.join(readers)}")
     return 0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m utils.course",
+        prog="python -m course",
+        epilog="More commands: results, meta, student, site (python -m course --help).",
         description=f"The course's notebooks as files. Repository: {REPO_URL} ({BRANCH}).")
     sub = parser.add_subparsers(dest="command", metavar="{check,sync,run}")
     helps = {

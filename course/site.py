@@ -1,6 +1,6 @@
 """The course website and slide decks, built offline from the committed notebooks.
 
-`python -m utils.site build [--out DIR]` renders, without executing anything, into
+`python -m course site build [--out DIR]` renders, without executing anything, into
 `build/site/` (git-ignored):
 - a landing page: what the course teaches, the learning path 01 -> 14 with prerequisites and
   run times, how to run it (locally, on Colab, offline), the results table;
@@ -12,7 +12,7 @@
 Search, math, highlighting and previous/next navigation come from Sphinx, myst-nb and
 sphinx-book-theme. MathJax and reveal.js are copied into the site from two PyPI packages
 (sphinx-mathjax-offline, sphinx-revealjs), so no page loads anything from another host.
-`python -m utils.site serve [--port N]` serves the built site on http://127.0.0.1:N/.
+`python -m course site serve [--port N]` serves the built site on http://127.0.0.1:N/.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from docutils import nodes
 
-from utils.course import colab_url
-from utils.notebook_meta import SOLUTION_TAG, duration, find_exercises, notebook_paths
+from course.notebook_meta import SOLUTION_TAG, duration, find_exercises, notebook_paths
+from course.notebooks import colab_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SITE_DIR = REPO_ROOT / "site"  # Sphinx configuration, CSS, the slide template
@@ -154,7 +154,7 @@ def _builds_on(prerequisites: str, number: int) -> list[str]:
 
 def _results_table(gpu: bool = False) -> str:
     """The README's results table (or its GPU table), with links that work on the site."""
-    from utils.results import render_gpu_table, render_table
+    from course.results import render_gpu_table, render_table
 
     table = render_gpu_table() if gpu else render_table()
     table = re.sub(r"\[([^\]]+)\]\(notebooks/results/([^)]+)\)", r'<a href="results/\2">\1</a>',
@@ -186,11 +186,11 @@ installs the course there. Choose *Runtime -> Change runtime type -> GPU* for th
 **Offline** (a class, a flight): `python -m utils.data fetch --all` downloads and checks every
 dataset ahead of time, or point `SEQ_DATA_DIR` at a copy (a relative path is read from the
 repository root; set it before `jupyter lab` starts). This website works offline too:
-`python -m utils.site build`, then `python -m utils.site serve`.
+`python -m course site build`, then `python -m course site serve`.
 
 **Presenting**: every notebook has slide metadata, so `jupyterlab-rise` presents it live from
 JupyterLab; static reveal.js decks are linked from each page. **Exercises**: try them first;
-`python -m utils.notebook_meta student` writes a student edition whose solutions are blank.
+`python -m course student` writes a student edition whose solutions are blank.
 """
 
 
@@ -460,7 +460,7 @@ def serve(out: Path = OUT, port: int = 8000) -> None:
     import http.server
 
     if not (out / "index.html").exists():  # else every page would be a silent 404
-        raise SystemExit(f"no built site in {out} (no index.html): run `python -m utils.site build"
+        raise SystemExit(f"no built site in {out} (no index.html): run `python -m course site build"
                          + (f" --out {out}" if out != OUT else "") + "` first")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
@@ -471,7 +471,7 @@ def serve(out: Path = OUT, port: int = 8000) -> None:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m utils.site", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m course site", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("build", "serve"))
     parser.add_argument("--out", type=Path, default=OUT, help="the built site (default: %(default)s)")

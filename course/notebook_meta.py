@@ -1,6 +1,6 @@
 """Generated notebook structure: solution tags, slide types, run-time lines; the student edition.
 
-None of this is edited by hand in a notebook. `python -m utils.notebook_meta apply [NB...]`
+None of this is edited by hand in a notebook. `python -m course meta apply [NB...]`
 rewrites the notebooks (all of them by default) and gives the same result when run again, so
 run it after re-running a notebook:
 
@@ -32,7 +32,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from utils.course import SETUP_MARKER  # first line of the Colab setup cell
+from course.notebooks import SETUP_MARKER  # first line of the Colab setup cell
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -352,11 +352,13 @@ def notebook_paths(names: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: python -m utils.notebook_meta {apply|solutions|slides|runtime|kernel|check} [NB ...]\n"
-             "       python -m utils.notebook_meta student [--out DIR] [NB ...]")
-    if not argv or argv[0] not in (*STEPS, "apply", "check", "student"):
-        print(__doc__ + "\n" + usage)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    usage = ("usage: python -m course meta {apply|solutions|slides|runtime|kernel|check} [NB ...]\n"
+             "       python -m course student [--out DIR] [NB ...]")
+    if argv[:1] == ["student"]:
+        usage = "usage: python -m course student [--out DIR] [NB ...]  (solutions blanked, to build/student/)"
+    if not argv or argv[0] not in (*STEPS, "apply", "check", "student") or {"-h", "--help"} & set(argv):
+        print(usage + "\n\n" + __doc__)
+        return 0 if {"-h", "--help"} & set(argv) else 2
     command, names = argv[0], argv[1:]
     if command == "student":
         out = STUDENT_DIR
@@ -374,7 +376,7 @@ def main(argv: list[str]) -> int:
             verb = "out of date" if command == "check" else "updated"
             print(f"{path.name}: {verb} ({', '.join(changed)})")
     if command == "check":
-        print("run `python -m utils.notebook_meta apply`" if stale else "all notebooks up to date")
+        print("run `python -m course meta apply`" if stale else "all notebooks up to date")
         return 1 if stale else 0
     print(f"{stale} notebooks changed")
     return 0

@@ -1,0 +1,124 @@
+"""Which of two scores is better, said once for every place that keeps a best (no torch here).
+
+A comparison with NaN is always False, so `nll < best` quietly keeps a NaN that came first as
+the best for ever. `improves` gives every keep-the-best loop in `utils` the same rule: a
+non-finite score (NaN, or an infinity from an overflow) is never an improvement, and any finite
+score improves on a missing or non-finite best. Used by `utils.train` (keep_best, no_gain_for,
+choose_rate) and `utils.ngram` (the held-out choice of k).
+
+The decision rules of the notebooks, each said once: `verdict` (a headline a - b from its
+interval), `binomial_half_width` (one accuracy's 95% sampling interval), `paired_bootstrap`
+(notebook 09's interval for a seed-averaged gain, resampling the validation examples) and
+`keep_or_drop` (notebook 09's ladder rule). The per-example paired interval is
+`utils.metrics.paired_difference`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+
+def improves(new: float, best: float | None, mode: str = "min") -> bool:
+    """True if `new` is strictly better than `best`: lower for mode "min" (a loss), higher for
+    "max" (an accuracy). A non-finite `new` never is; a finite one beats a None or non-finite best."""
+    if mode not in ("min", "max"):
+        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    if not math.isfinite(new):
+        return False
+    if best is None or not math.isfinite(best):
+        return True
+    return new < best if mode == "min" else new > best
+
+
+def verdict(name_a: str, name_b: str, diff: float, half_width: float, higher_is_better: bool = True,
+            unit: str = "") -> str:
+    """A headline comparison said from its numbers, by one rule stated before the run: `diff` is
+    a minus b, `half_width` its 95% interval's half-width (e.g. from `paired_difference`); an
+    interval that holds 0 is a tie, otherwise a is ahead or behind.
+
+        verdict("GRU", "RNN", -0.061, 0.012, higher_is_better=False, unit=" nats")
+        -> 'GRU is ahead of RNN: -0.061 ± 0.012 nats (the interval excludes 0)'
+    """
+    if not (math.isfinite(diff) and math.isfinite(half_width)) or half_width < 0:
+        raise ValueError(f"need a finite difference and a half-width >= 0, got {diff} and {half_width}")
+    said = f"{diff:+.3f} ± {half_width:.3f}{unit}"
+    if abs(diff) <= half_width:
+        return f"{name_a} ties {name_b}: {said} (the interval holds 0)"
+    ahead = (diff > 0) == higher_is_better
+    return f"{name_a} is {'ahead of' if ahead else 'behind'} {name_b}: {said} (the interval excludes 0)"
+
+
+def binomial_half_width(p: float, n: int, z: float = 1.96) -> float:
+    """Half-width of the 95% interval of an accuracy p measured on n independent examples:
+    z sqrt(p (1 - p) / n) (normal approximation of the binomial; z = 1.96 for 95%).
+
+        binomial_half_width(0.9, 2500) -> 0.01176
+    """
+    if not 0.0 <= p <= 1.0 or n < 1:
+        raise ValueError(f"need an accuracy 0 <= p <= 1 and n >= 1 examples, got p={p}, n={n}")
+    return z * math.sqrt(p * (1 - p) / n)
+
+
+def paired_bootstrap(hits_a, hits_b, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval (lo, hi) of acc(a) - acc(b), both measured on the same
+    N examples (notebook 09: the validation reviews) and averaged over the same seeds.
+
+    hits_*: (seeds, N) or (N,) booleans, which examples each seed's model gets right. Per example
+    i, a_i = the share of a's seeds right on i (b_i the same); each of the n_boot draws resamples
+    N examples with replacement, the SAME draw for both models and all seeds (paired), and
+    computes mean(a[draw]) - mean(b[draw]); (lo, hi) are the 2.5th and 97.5th percentiles. It
+    covers which examples were held out, not which seeds were drawn: with two seeds, show the
+    seeds' own gains beside it. `utils.metrics.paired_difference` is the normal-approximation
+    interval of the same difference (1.96 sample sds of the per-example differences / sqrt(N)).
+    """
+    a, b = np.asarray(hits_a, dtype=float), np.asarray(hits_b, dtype=float)
+    if a.shape != b.shape or a.ndim not in (1, 2) or a.shape[-1] < 2 or n_boot < 1:
+        raise ValueError(f"need the hits of both models on the same N >= 2 examples as (N,) or (seeds, N) "
+                         f"arrays of one shape, and n_boot >= 1; got {a.shape}, {b.shape}, n_boot={n_boot}")
+    a, b = (a.mean(0), b.mean(0)) if a.ndim == 2 else (a, b)  # (N,): per example, the share of seeds right
+    idx = np.random.default_rng(seed).integers(0, len(a), (n_boot, len(a)))  # (n_boot, N) example draws
+    lo, hi = np.percentile(a[idx].mean(1) - b[idx].mean(1), [2.5, 97.5])  # over the n_boot mean gains
+    return float(lo), float(hi)
+
+
+class Decision(NamedTuple):
+    """A ladder rung's verdict: `kept` (bool) and the `reason` it prints as ("kept: ...")."""
+
+    kept: bool
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def keep_or_drop(gains, interval: tuple[float, float], macs_ratio: float, simpler: str,
+                 tolerance: float = 0.1) -> Decision:
+    """Notebook 09's rule for one rung of a recipe ladder, stated before the run.
+
+    gains: the change's accuracy gain over the best configuration so far, one per training seed,
+    each against the same seed; interval: (lo, hi), the 95% interval of the mean gain
+    (`paired_bootstrap`); macs_ratio: the change's multiply-adds per example over the best's;
+    simpler: "change" or "current", the side named before the run to win a tie at equal cost.
+
+    - kept when every seed gains (min > 0) and lo > 0; dropped when every seed loses (max < 0)
+      and hi < 0 (strict: an interval that ends exactly at 0 holds 0);
+    - otherwise a tie (the seeds disagree, or the examples alone could explain the gain): to the
+      cheaper side when |macs_ratio - 1| > tolerance (10%), else to the `simpler` side.
+    """
+    gains = [float(g) for g in gains]
+    lo, hi = (float(v) for v in interval)
+    if not gains or not all(map(math.isfinite, [*gains, lo, hi, macs_ratio])) or lo > hi or macs_ratio <= 0:
+        raise ValueError(f"need >= 1 finite gain, a finite interval lo <= hi and a multiply-add ratio > 0; got "
+                         f"gains={gains}, interval={interval}, macs_ratio={macs_ratio}")
+    if simpler not in ("change", "current"):
+        raise ValueError(f"simpler must be 'change' or 'current', got {simpler!r}")
+    if min(gains) > 0 and lo > 0:
+        return Decision(True, "kept: gains on every seed")
+    if max(gains) < 0 and hi < 0:
+        return Decision(False, "dropped: loses on every seed")
+    if abs(macs_ratio - 1) > tolerance:  # a tie: the cheaper model, counted, not timed
+        return Decision(True, "kept: tie, cheaper") if macs_ratio < 1 else Decision(False, "dropped: tie, dearer")
+    return Decision(True, "kept: tie, simpler") if simpler == "change" else Decision(False, "dropped: tie, not simpler")
