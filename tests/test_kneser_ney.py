@@ -217,3 +217,24 @@ def test_order_7_on_a_million_ids_takes_seconds():
     print(f"order 7, 1M ids: fit {fitted - start:.2f} s, score 100k "
           f"{seconds - (fitted - start):.2f} s, {model.n_grams:,} n-grams, PPL {ppl:.2f}")
     assert 1 < ppl < V and seconds < 20  # generous: about 1 s on a 2-core machine
+
+
+@pytest.mark.parametrize("discounts", ["plain", "modified"])
+def test_raw_lower_orders_the_ablation_are_normalised_and_count_like_ngram_lm(discounts):
+    """continuation=False: absolute discounting alone; each lower order holds the raw counts
+    NGramLM counts for that order (same padding), and every distribution still sums to one."""
+    from utils.ngram import NGramLM
+
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 6, 400)
+    model = KneserNeyLM(3, 8, discounts=discounts, continuation=False).fit(ids)
+    for m in (1, 2):
+        grams, counts = model.tables[m - 1][:2]
+        # the last m tokens of every padded trigram: NGramLM(m)'s m-gram at the same position
+        ref = NGramLM(m, 8, k=0.0).fit(ids)
+        assert dict(zip(grams.tolist(), counts.tolist())) == dict(zip(ref.grams.tolist(),
+                                                                        ref.gram_counts.tolist()))
+    for ctx in ([], [1], [1, 2], [7, 7]):
+        assert model.next_distribution(ctx).sum() == pytest.approx(1.0, abs=1e-12)
+    with_cont = KneserNeyLM(3, 8, discounts=discounts).fit(ids)
+    assert not np.allclose(with_cont.probs(ids[:50]), model.probs(ids[:50]))

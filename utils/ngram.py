@@ -205,11 +205,13 @@ class KneserNeyLM:
     the number of distinct tokens seen before h w: "Francisco" follows only "San", so as a
     backoff guess after a new word it should be rare, however often it occurs.
     `discounts="plain"` uses one D per order, "modified" three (D1, D2, D3+): see `_kn_discounts`.
+    `continuation=False` counts the lower orders raw: absolute discounting alone, the ablation
+    that shows what the continuation counts are worth.
     Tables, keys, bos padding and lookups as in `NGramLM`; one pass per order, none per token.
     """
 
-    def __init__(self, order: int, vocab_size: int, discounts: str = "modified", bos_id: int = 2
-                 ) -> None:
+    def __init__(self, order: int, vocab_size: int, discounts: str = "modified", bos_id: int = 2,
+                 continuation: bool = True) -> None:
         if order < 1:
             raise ValueError(f"order must be at least 1, got {order}")
         if discounts not in ("plain", "modified"):
@@ -220,6 +222,7 @@ class KneserNeyLM:
         if vocab_size ** order >= 2 ** 62:
             raise ValueError(f"V**order = {vocab_size}**{order} overflows the int64 n-gram keys")
         self.order, self.V, self.discounts, self.bos_id = order, vocab_size, discounts, bos_id
+        self.continuation = continuation  # False: raw lower-order counts (absolute discounting alone)
         # per order m = 1..n: (m-gram keys, counts, D by count, context keys, c(h), gamma numerator)
         self.tables = None
         self.discounts_ = None  # per order: (D,) plain, (D1, D2, D3+) modified
@@ -236,8 +239,11 @@ class KneserNeyLM:
         grams, counts = np.unique(self._keys(_as_ids(ids, self.V)), return_counts=True)  # order n
         tables = []
         for m in range(self.order, 0, -1):
-            if m < self.order:  # N1+(. g): the distinct (m+1)-grams that end in g
+            if m < self.order and self.continuation:  # N1+(. g): distinct (m+1)-grams ending in g
                 grams, counts = np.unique(tables[-1][0] % self.V ** m, return_counts=True)
+            elif m < self.order:  # the ablation: raw c(g), the summed counts of those (m+1)-grams
+                grams, inverse = np.unique(tables[-1][0] % self.V ** m, return_inverse=True)
+                counts = np.bincount(inverse, weights=tables[-1][1]).astype(np.int64)
             d = _kn_discounts(counts, self.discounts == "modified")
             # contexts: grams // V is sorted, so each context's n-grams form one run
             ctxs, start = np.unique(grams // self.V, return_index=True)
