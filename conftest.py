@@ -6,7 +6,22 @@ leaves a model or tensor off `run.device` (what would break, or quietly stay on 
 GPU). With a GPU they run on it for real.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
+
+# Jupyter and IPython keep state in the home folder: a JupyterLab server saves its workspace
+# there (and the user's next `jupyter lab` reopens the test's notebooks), kernels write
+# connection files, signatures and IPython profiles. The tests, and every server and kernel they
+# start (they inherit the environment), use folders of their own, removed when the run ends.
+JUPYTER_HOME = tempfile.mkdtemp(prefix="seq-test-jupyter-")
+atexit.register(shutil.rmtree, JUPYTER_HOME, ignore_errors=True)
+for _name, _folder in {"JUPYTER_CONFIG_DIR": "config", "JUPYTER_DATA_DIR": "data",
+                       "JUPYTER_RUNTIME_DIR": "runtime", "IPYTHONDIR": "ipython",
+                       "JUPYTERLAB_SETTINGS_DIR": "lab-settings",
+                       "JUPYTERLAB_WORKSPACES_DIR": "lab-workspaces"}.items():
+    os.environ[_name] = os.path.join(JUPYTER_HOME, _folder)
 
 os.environ.setdefault("SEQ_FAST", "1")  # `SEQ_FAST=0 pytest` runs the notebooks in full mode
 os.environ["SEQ_QUIET"] = "1"

@@ -3,7 +3,7 @@
     run NB...        execute notebooks in full mode (SEQ_FAST=1: fast), storing outputs and results
     check | sync     Colab badges and setup cells against REPO_URL (course.notebooks)
     results          rewrite the README results tables; `results --reads` checks recorded reads
-    meta STEP        generated notebook structure: apply, check, solutions, slides, runtime, kernel
+    meta STEP        generated notebook structure: apply, check, solutions, slides, site, runtime, kernel
     student          write the student edition (solutions blanked) to build/student/
     site build|serve the website and slide decks, offline (course.site)
 """

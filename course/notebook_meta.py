@@ -12,12 +12,15 @@ run it after re-running a notebook:
    `collapsed` flag JupyterLab writes beside it);
 3. slides: every cell gets a RISE / reveal.js slide type (`slideshow.slide_type`): each `##`
    section a slide, `###` sections, solutions and long stretches sub-slides, training cells
-   fragments, the Colab setup cell skipped;
-4. run time: the header's "**Run time:**" line is written from `notebooks/results/NN_topic.json`;
-5. kernel: the kernelspec JupyterLab writes for ipykernel's `python3`, so that opening and
+   fragments; bookkeeping skipped (the Colab setup cell, the cells that record results) or in
+   the speaker notes (the `cfg = dict(...)` configuration);
+4. site: myst-nb tags for the website: the Colab setup cell's code removed from the page
+   (`remove-input`), the code of cells that record results behind a toggle (`hide-input`);
+5. run time: the header's "**Run time:**" line is written from `notebooks/results/NN_topic.json`;
+6. kernel: the kernelspec JupyterLab writes for ipykernel's `python3`, so that opening and
    saving a notebook in JupyterLab leaves it byte-identical (`tests/test_jupyterlab.py`).
 
-`solutions`, `slides`, `runtime` and `kernel` do one step each (the first two split cells first);
+`solutions`, `slides`, `site`, `runtime` and `kernel` do one step each (the first two split cells first);
 `check` lists what `apply` would change and exits 1 if anything; `student [--out DIR]`
 writes the student edition: copies whose solutions are placeholders without outputs.
 """
@@ -168,25 +171,73 @@ def tag_solutions(nb) -> None:
                 meta.pop(key, None)
 
 
+# ---------------------------------------------------------------------------- the website
+# myst-nb's cell tags: the setup cell's code is removed from the notebook's page (its output,
+# if any, stays), a cell that records results shows its code behind a toggle
+SITE_TAGS = ("remove-input", "hide-input")
+RECORDS = re.compile(r"(?<![\w.])save_results\s*\(")
+CONFIG = re.compile(r"cfg = (dict\(|\{)")  # the run's configuration, first thing in a notebook
+
+
+def bookkeeping(cell) -> str | None:
+    """"setup" (the Colab setup cell), "config" (the run's `cfg = dict(...)`), "record" (a cell
+    that writes the results file) or None: cells that serve the run, not the lesson."""
+    if cell["cell_type"] != "code":
+        return None
+    if cell["source"].startswith(SETUP_MARKER):
+        return "setup"
+    if CONFIG.match(cell["source"]):
+        return "config"
+    return "record" if RECORDS.search(cell["source"]) else None
+
+
+def tag_for_site(nb) -> None:
+    """Step: SITE_TAGS on the bookkeeping cells (not on solutions), off every other cell."""
+    wanted = {"setup": "remove-input", "record": "hide-input"}  # a configuration is the lesson's
+    for cell in nb["cells"]:
+        meta = cell["metadata"]
+        tags = [t for t in meta.get("tags", []) if t not in SITE_TAGS]
+        kind = bookkeeping(cell)
+        if kind in wanted and SOLUTION_TAG not in tags:
+            tags.append(wanted[kind])
+        if tags:
+            meta["tags"] = tags
+        else:
+            meta.pop("tags", None)
+
+
 # ---------------------------------------------------------------------------- slides
 def _text_lines(text: str, width: int = 100) -> int:
     return sum(1 + len(line) // width for line in text.split("\n"))
 
 
+OUTPUT_LINES = 20  # a slide shows at most this many lines of one output (it scrolls past them)
+
+
+def _html_lines(html: str) -> int:
+    """Lines an HTML output takes: the text of its <pre> blocks, or its table rows."""
+    html = re.sub(r"<style.*?</style>", "", html, flags=re.S)
+    text = re.sub(r"<[^>]+>", "", html)
+    return max(html.count("<tr"), sum(1 for line in text.split("\n") if line.strip()))
+
+
+def output_height(out) -> int:
+    """Rough height of one output on a slide, in lines (a long one scrolls in its box)."""
+    data = out.get("data", {})
+    if "image/png" in data or "image/svg+xml" in data:
+        return 16
+    if out["output_type"] == "stream":
+        return min(_text_lines(out["text"]), OUTPUT_LINES)
+    if out["output_type"] == "error":
+        return 10
+    if "text/html" in data:
+        return min(_html_lines(data["text/html"]), OUTPUT_LINES)
+    return min(_text_lines(data.get("text/plain", "")), OUTPUT_LINES)
+
+
 def cell_height(cell) -> int:
     """Rough height of a cell on a slide, in lines: its source plus its outputs."""
-    height = _text_lines(cell["source"]) + 1
-    for out in cell.get("outputs", []):
-        data = out.get("data", {})
-        if "image/png" in data or "image/svg+xml" in data:
-            height += 16
-        elif out["output_type"] == "stream":
-            height += min(_text_lines(out["text"]), 20)
-        elif out["output_type"] == "error":
-            height += 10
-        else:
-            height += min(_text_lines(data.get("text/plain", "")), 20)
-    return height
+    return _text_lines(cell["source"]) + 1 + sum(output_height(o) for o in cell.get("outputs", []))
 
 
 def slide_types(nb) -> list[str]:
@@ -200,8 +251,10 @@ def slide_types(nb) -> list[str]:
             kind = "slide"
         elif h or i in solution_starts:
             kind = "subslide"
-        elif cell["cell_type"] == "code" and cell["source"].startswith(SETUP_MARKER):
-            kind, height = "skip", 0
+        elif bookkeeping(cell) in ("setup", "record"):
+            kind, height = "skip", 0  # serves the run, not the lesson
+        elif bookkeeping(cell) == "config":
+            kind, height = "notes", 0  # the presenter's view has it
         elif used + height > LINES_PER_SLIDE:
             kind = "subslide"
         elif cell["cell_type"] == "code" and HEAVY.search(cell["source"]):
@@ -274,6 +327,7 @@ def set_kernelspec(nb) -> None:
 STEPS = {
     "solutions": lambda nb, name: (normalize_cells(nb), tag_solutions(nb)),
     "slides": lambda nb, name: (normalize_cells(nb), set_slides(nb)),
+    "site": lambda nb, name: tag_for_site(nb),
     "runtime": lambda nb, name: set_run_time(nb, name),
     "kernel": lambda nb, name: set_kernelspec(nb),
 }
@@ -352,7 +406,7 @@ def notebook_paths(names: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: python -m course meta {apply|solutions|slides|runtime|kernel|check} [NB ...]\n"
+    usage = ("usage: python -m course meta {apply|solutions|slides|site|runtime|kernel|check} [NB ...]\n"
              "       python -m course student [--out DIR] [NB ...]")
     if argv[:1] == ["student"]:
         usage = "usage: python -m course student [--out DIR] [NB ...]  (solutions blanked, to build/student/)"

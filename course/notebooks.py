@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -266,7 +267,8 @@ def run(path: Path, timeout: int = 1800) -> float:
     os.environ.update({"SEQ_QUIET": "1", RECORD_ENV: "1"})  # the kernel inherits both
     start = time.perf_counter()
     try:
-        ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
+        ExecutePreprocessor(timeout=timeout, kernel_name="python3",
+                            kernel_manager_class=_quiet_kernel_manager()).preprocess(
             nb, {"metadata": {"path": str(path.parent)}}
         )
     finally:
@@ -278,6 +280,50 @@ def run(path: Path, timeout: int = 1800) -> float:
     if slowest:  # where a notebook's time goes, for whoever trims its budget next
         print(f"{path.name}: slowest cells: " + ", ".join(f"[{i}] {s:.0f} s" for i, s in slowest), flush=True)
     return time.perf_counter() - start
+
+
+# ipykernel logs this on every start over TCP (the default, on 127.0.0.1): noise on each run
+TCP_WARNING = b"Kernel is running over TCP without encryption"
+
+
+def _forward_kernel_stderr(source, sink=None) -> None:
+    """Copy the kernel's stderr, line by line, to `sink` (default: this process's stderr, where
+    the kernel's own would go), leaving out ipykernel's TCP_WARNING."""
+    for line in iter(source.readline, b""):
+        if TCP_WARNING not in line:
+            if sink is None:
+                os.write(2, line)
+            else:
+                sink.write(line)
+
+
+def _quiet_kernel_manager():
+    """nbclient's kernel manager, with the kernel's stderr passed through `_forward_kernel_stderr`."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            kw["stderr"] = subprocess.PIPE
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            stderr = getattr(getattr(self.provisioner, "process", None), "stderr", None)
+            if stderr is not None:
+                threading.Thread(target=_forward_kernel_stderr, args=(stderr,), daemon=True).start()
+
+    return QuietKernelManager
+
+
+def settings_problems() -> list[str]:
+    """What is wrong with SEQ_FAST, SEQ_DEVICE and SEQ_DATA_DIR, one line each, read by the
+    functions the notebooks use (`utils.settings.check_settings`, `utils.data.data_dir`)."""
+    from utils.data import DataError, data_dir
+    from utils.settings import check_settings
+
+    problems = check_settings()
+    try:
+        data_dir()
+    except DataError as err:
+        problems.append(str(err))
+    return problems
 
 
 def slowest_cells(nb, k: int = 8) -> list[tuple[int, float]]:
@@ -360,6 +406,10 @@ def stored_mode(path: Path) -> str | None:
 def run_command(names: list[str], all_confirmed: bool, replace_full: bool = False) -> int:
     from utils.settings import is_fast  # the same reading of SEQ_FAST as the notebooks
 
+    problems = settings_problems()  # before a kernel starts, not in its second cell
+    if problems:
+        print("\n".join(f"python -m course run: {p}" for p in problems), file=sys.stderr)
+        return 2
     mode = "fast" if is_fast() else "full"
     paths = [resolve(n) for n in names] or notebook_paths()
     if not names and not all_confirmed and not confirm_all(paths, mode):

@@ -1,10 +1,11 @@
-"""The course's results as a whole: the README tables built from every notebook's record, and
+"""The course's results as a whole: the results tables built from every notebook's record, and
 the check that no notebook shows numbers another notebook's run no longer has.
 
-`python -m course results` rewrites the README results tables from the committed
-`notebooks/results/*.json` (the last full runs made by `python -m course run`) and
-`notebooks/results/gpu/*.json` (the same notebooks run on a GPU machine, copied there by hand
-under the same keys, so a reader sees what carries across devices and what does not).
+`python -m course results` rewrites the README's results table and the "full run" column of
+its notebook table from the committed `notebooks/results/*.json` (the last full runs made by
+`python -m course run`), and the GPU table of the page "Running the course" (site/running.md)
+from `notebooks/results/gpu/*.json` (the same notebooks run on a GPU machine, copied there by
+hand under the same keys, so a reader sees what carries across devices and what does not).
 `python -m course reads` lists the recorded reads that are stale and the order to re-run.
 
 A notebook's record holds, under "reads", every value it read from another record
@@ -26,9 +27,13 @@ from utils.settings import marked_section, replace_marked_section
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
 README = REPO_ROOT / "README.md"
+GPU_PAGE = REPO_ROOT / "site" / "running.md"  # the website's "Running the course" page
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 GPU_START, GPU_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
-MAX_SHOWN = 8  # metrics per notebook in the README; the JSON file has them all
+MAX_SHOWN = 4  # metrics per notebook in the README; the JSON file has them all
+# a row of the README's notebook table: | 01 | [Title](notebooks/01_x.ipynb) | teaches | full run | data |
+NOTEBOOK_ROW = re.compile(r"^(\| \d\d \| \[[^\]]+\]\(notebooks/(\d\d_[a-z0-9_]+)\.ipynb\) \| [^|]+ \| )"
+                          r"([^|]+)( \| [^|]+ \|)$", re.M)
 
 
 def stored_record(notebook: str, results_dir: Path | None = None) -> dict | None:
@@ -62,9 +67,11 @@ def render_table(results_dir: Path | None = None) -> str:
     return "\n".join(rows)
 
 
-def render_gpu_table(gpu_dir: Path | None = None, cpu_dir: Path | None = None) -> str:
-    """The README's GPU table: each full run in `gpu_dir` beside the committed CPU run of the
-    same notebook, metric by metric ("GPU value (CPU value)")."""
+def render_gpu_table(gpu_dir: Path | None = None, cpu_dir: Path | None = None,
+                     link: str = "../notebooks/results/gpu/") -> str:
+    """The GPU table of the page "Running the course" (site/running.md): each full run in
+    `gpu_dir` beside the committed CPU run of the same notebook, metric by metric ("GPU value
+    (CPU value)"); `link` leads from that page to the record."""
     rows = [
         "| notebook | GPU run (CPU run) | wall time GPU (CPU) | device | date |",
         "|---|---|---|---|---|",
@@ -75,24 +82,38 @@ def render_gpu_table(gpu_dir: Path | None = None, cpu_dir: Path | None = None) -
         shown = list(gpu["metrics"].items())[:MAX_SHOWN]
         metrics = "<br>".join(f"{k} = {_fmt(v)} ({_fmt(cpu['metrics'].get(k, '-'))})" for k, v in shown)
         if len(gpu["metrics"]) > MAX_SHOWN:
-            metrics += f"<br>[all {len(gpu['metrics'])}](notebooks/results/gpu/{path.name})"
+            metrics += f"<br>[all {len(gpu['metrics'])}]({link}{path.name})"
         device = gpu["device"] + (f" ({gpu['device_name']})" if "device_name" in gpu else "")
         rows.append(f"| {gpu['notebook']} | {metrics} | {gpu['wall_time_s'] / 60:.1f} min "
                     f"({cpu['wall_time_s'] / 60:.1f} min) | {device} | {gpu['date']} |")
     return "\n".join(rows)
 
 
+def with_run_times(text: str, results_dir: Path | None = None) -> str:
+    """`text` (the README) with the "full run" column of its notebook table written from each
+    notebook's record ("-" where it has none), in the format of the notebooks' run-time lines."""
+    from course.notebook_meta import duration
+
+    def row(m: re.Match) -> str:
+        record = stored_record(m[2], results_dir)
+        return m[1] + (duration(record["wall_time_s"]) if record else "-") + m[4]
+
+    return NOTEBOOK_ROW.sub(row, text)
+
+
 def readme_section(readme: Path = README) -> str:
     return marked_section(readme, START, END)
 
 
-def readme_gpu_section(readme: Path = README) -> str:
-    return marked_section(readme, GPU_START, GPU_END)
+def readme_gpu_section(page: Path = GPU_PAGE) -> str:
+    return marked_section(page, GPU_START, GPU_END)
 
 
-def update_readme(readme: Path = README) -> None:
+def update_readme(readme: Path = README, gpu_page: Path = GPU_PAGE) -> None:
+    """The README's results table and notebook run times, and the GPU table of `gpu_page`."""
     replace_marked_section(readme, START, END, render_table())
-    replace_marked_section(readme, GPU_START, GPU_END, render_gpu_table())
+    readme.write_text(with_run_times(readme.read_text()))
+    replace_marked_section(gpu_page, GPU_START, GPU_END, render_gpu_table())
 
 
 # ---------------------------------------------------------------------------- reads of other runs
@@ -199,7 +220,8 @@ def stale_report(results_dir: Path = RESULTS_DIR, notebooks: Path = NOTEBOOKS) -
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course results",
-        description="Rewrite the README results tables from notebooks/results/*.json and "
+        description="Rewrite the README's results table and notebook run times from "
+                    "notebooks/results/*.json, and the GPU table of site/running.md from "
                     "notebooks/results/gpu/*.json; with --reads, check instead that every value "
                     "a notebook read from another notebook's record is still current.")
     parser.add_argument("--reads", action="store_true", help="only check the recorded reads")
@@ -209,7 +231,7 @@ def main(argv: list[str]) -> int:
         print(report or "every recorded read equals its upstream record")
         return 1 if report else 0
     update_readme()
-    print(f"README results tables rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files "
+    print(f"README results table, run times and GPU table rewritten from {len(list(RESULTS_DIR.glob('*.json')))} files "
           f"and {len(list(GPU_DIR.glob('*.json')))} GPU runs")
     return 0
 

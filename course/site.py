@@ -3,7 +3,10 @@
 `python -m course site build [--out DIR]` renders, without executing anything, into
 `build/site/` (git-ignored):
 - a landing page: what the course teaches, the learning path 01 -> 14 with prerequisites and
-  run times, how to run it (locally, on Colab, offline), the results table;
+  run times (what each teaches from site/learning_path.md), the README's quick start, the
+  results table;
+- the pages "Running the course" and "Maintaining the course" (site/running.md and
+  site/maintaining.md, readable on GitHub too; the README links to them);
 - one page per notebook with its stored outputs and figures; solutions sit behind "Show the
   solution" toggles, and every `show_source(...)` cell links to that definition's API entry;
 - one API page per `utils` module (autodoc, with the highlighted source one click away);
@@ -130,13 +133,18 @@ def notebook_page(nb, name: str):
 
 # ---------------------------------------------------------------------------- the landing page
 def _readme_rows() -> dict[str, tuple[str, str]]:
-    """(short title, what it teaches) per notebook number, from the README's notebook table."""
-    rows = {}
+    """(short title, what it teaches) per notebook number: the title from the README's notebook
+    table, what it teaches in full from site/learning_path.md (the README's column is short)."""
+    titles, teaches = {}, {}
     for line in (REPO_ROOT / "README.md").read_text().splitlines():
-        m = re.match(r"\| (\d\d) \| \[([^\]]+)\]\(notebooks/[^)]+\) \| (.+?) \| (.+?) \|$", line)
+        m = re.match(r"\| (\d\d) \| \[([^\]]+)\]\(notebooks/[^)]+\) \| (.+?) \|", line)
         if m:
-            rows[m.group(1)] = (m.group(2), m.group(3))
-    return rows
+            titles[m.group(1)], teaches[m.group(1)] = m.group(2), m.group(3)
+    for line in (SITE_DIR / "learning_path.md").read_text().splitlines():
+        m = re.match(r"\| (\d\d) \| \[[^\]]+\]\([^)]+\) \| (.+?) \| (.+?) \|$", line)
+        if m:
+            teaches[m.group(1)] = m.group(2)
+    return {n: (title, teaches[n]) for n, title in titles.items()}
 
 
 def _header(nb) -> tuple[str, str]:
@@ -157,41 +165,44 @@ def _results_table(gpu: bool = False) -> str:
     from course.results import render_gpu_table, render_table
 
     table = render_gpu_table() if gpu else render_table()
-    table = re.sub(r"\[([^\]]+)\]\(notebooks/results/([^)]+)\)", r'<a href="results/\2">\1</a>',
+    table = re.sub(r"\[([^\]]+)\]\((?:\.\./)?notebooks/results/([^)]+)\)", r'<a href="results/\2">\1</a>',
                    table)
+    table = re.sub(r"(\| |<br>)([a-z][a-z0-9_]*) = ", r"\1<code>\2</code> = ", table)  # record keys
+    table = re.sub(r"(\d{4}-\d\d-\d\d|\d+\.\d min(?: \(\d+\.\d min\))?)(?= \|)",
+                   r'<span class="nowrap">\1</span>', table)  # dates and run times on one line
     return re.sub(r"^\| (\d\d_[a-z0-9_]+) \|", r"| [\1](notebooks/\1.ipynb) |", table, flags=re.M)
 
 
-RUNNING = """\
-## How to run it
+PAGES = {"running": "Running the course", "maintaining": "Maintaining the course"}  # site/NAME.md
 
-**Locally** (Python 3.10 or newer), from a clone of the repository. Without an NVIDIA GPU,
-install PyTorch's CPU build first (the `pip install torch` line), so pip does not fetch the
-multi-GB CUDA build that is PyPI's default on Linux; with one, leave that line out:
 
-```bash
-python3 -m venv .venv && . .venv/bin/activate
-pip install torch --index-url https://download.pytorch.org/whl/cpu
-pip install -r requirements.txt
-jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks
-```
+def _site_links(text: str) -> str:
+    """Markdown written for GitHub (the README, site/*.md) with links that work on the site:
+    pages and notebooks as documents, other repository files on GitHub."""
+    from course.notebooks import BRANCH, REPO_URL
 
-JupyterLab opens at the repository root with the `notebooks/` folder selected, so the
-`utils/*.py` files the notebooks cite are one click away. Each notebook runs top to bottom in
-full mode (the committed outputs); `SEQ_FAST=1` runs every cell on tiny slices in about a minute.
+    text = re.sub(r"\]\((?:\.\./)?site/([a-z_]+)\.md", r"](\1.md", text)
+    text = re.sub(r"\]\((?:\.\./)?notebooks/(\d\d_[a-z0-9_]+)\.ipynb\)", r"](notebooks/\1.ipynb)", text)
+    return re.sub(r"\]\(\.\./(?!notebooks/\d)([^)#]+)", rf"]({REPO_URL}/blob/{BRANCH}/\1", text)
 
-**On Colab**: every notebook page has an *Open in Colab* button; the notebook's first cell
-installs the course there. Choose *Runtime -> Change runtime type -> GPU* for the long ones.
 
-**Offline** (a class, a flight): `python -m utils.data fetch --all` downloads and checks every
-dataset ahead of time, or point `SEQ_DATA_DIR` at a copy (a relative path is read from the
-repository root; set it before `jupyter lab` starts). This website works offline too:
-`python -m course site build`, then `python -m course site serve`.
+def readme_section(heading: str) -> str:
+    """The README's section `## heading`, without its heading, links made to work on the site."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    body = readme.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return _site_links(body.strip())
 
-**Presenting**: every notebook has slide metadata, so `jupyterlab-rise` presents it live from
-JupyterLab; static reveal.js decks are linked from each page. **Exercises**: try them first;
-`python -m course student` writes a student edition whose solutions are blank.
-"""
+
+def site_page(name: str) -> str:
+    """site/NAME.md as a page of the site: the GPU table's links lead to the site's copies of
+    the records, links to the repository's other files to GitHub."""
+    from course.results import GPU_END, GPU_START
+
+    text = (SITE_DIR / f"{name}.md").read_text()
+    if GPU_START in text:
+        head, rest = text.split(GPU_START, 1)
+        text = f"{head}{GPU_START}\n{_results_table(gpu=True)}\n{GPU_END}{rest.split(GPU_END, 1)[1]}"
+    return _site_links(text)
 
 
 def landing_page(paths: list[Path]) -> str:
@@ -213,7 +224,10 @@ def landing_page(paths: list[Path]) -> str:
         rows.append(f"| {number} | **[{short}](notebooks/{path.stem}.ipynb)**: {what} | "
                     f"{after} | {run} | "
                     f'<a href="slides/{path.stem}.slides.html">slides</a> |')
-    toc = "\n".join(f"notebooks/{p.stem}" for p in paths)
+    # the sidebar names each notebook as the README's table does, not by its long first heading
+    toc = "\n".join(f"{p.stem[:2]} · {teaches.get(p.stem[:2], (p.stem, ''))[0]} <notebooks/{p.stem}>"
+                    for p in paths)
+    pages = "\n".join(f"{title} <{name}>" for name, title in PAGES.items())
     return f"""# Sequence Models, from RNNs to Transformers
 
 {intro}
@@ -225,18 +239,16 @@ wall time of the committed run (full mode, CPU), from `notebooks/results/`.
 
 {chr(10).join(rows)}
 
-{RUNNING}
+## How to run it
+
+{readme_section("Quick start")}
+
 ## Results
 
-Headline numbers of each notebook's last full run (`notebooks/results/*.json`):
+Headline numbers of each notebook's last full run (`notebooks/results/*.json`; full runs on a
+GPU: [Running the course](running.md#the-same-notebooks-on-a-gpu)):
 
 {_results_table()}
-
-Full runs of some notebooks on a GPU, each beside its CPU run (`notebooks/results/gpu/*.json`,
-device in the table): the budgets count updates, so losses, accuracies and BLEU
-carry across devices, and run times do not.
-
-{_results_table(gpu=True)}
 
 ```{{toctree}}
 :hidden:
@@ -247,8 +259,9 @@ carry across devices, and run times do not.
 
 ```{{toctree}}
 :hidden:
-:caption: Reference
+:caption: The course
 
+{pages}
 api/index
 ```
 """
@@ -319,6 +332,9 @@ def prepare(src: Path, paths: list[Path] | None = None) -> None:
     paths = paths or notebook_paths([])
     wanted = {src / "index.md", src / "api" / "index.md"}
     _write(src / "index.md", landing_page(paths))
+    for name in PAGES:
+        _write(src / f"{name}.md", site_page(name))
+        wanted.add(src / f"{name}.md")
     for path in paths:
         page = notebook_page(nbformat.read(path, as_version=4), path.stem)
         target = src / "notebooks" / path.name
@@ -333,14 +349,94 @@ def prepare(src: Path, paths: list[Path] | None = None) -> None:
         stale.unlink()
 
 
+DECK_LINES = 34  # content lines a slide shows at zoom 0.6 or more (24 fill it at zoom 1)
+
+
+def _cell(cell_type: str, source: str, kind: str, outputs=None, tags=()) -> dict:
+    cell = {"cell_type": cell_type, "source": source, "metadata": {"slideshow": {"slide_type": kind}}}
+    if tags:
+        cell["metadata"]["tags"] = list(tags)
+    if cell_type == "code":
+        cell.update(outputs=outputs or [], execution_count=None)
+    return cell
+
+
+def title_slide(first: dict) -> list[dict]:
+    """The notebook's header as a title slide (title, learning goals, run time, Colab link)
+    and speaker notes (the summary paragraph, the prerequisites)."""
+    from course.notebook_meta import RUN_TIME
+
+    source = COLAB_BADGE.sub(r'<a href="\1">Open in Colab</a>', first["source"])
+    keep, notes = [], []
+    for para in source.split("\n\n"):
+        shown = (para.startswith("#") or RUN_TIME.match(para) or "Open in Colab" in para
+                 or (para.startswith("**") and "\n- " in para))
+        (keep if shown else notes).append(para)
+    title = {**first, "source": "\n\n".join(keep)}
+    return [title] + ([_cell("markdown", "\n\n".join(notes), "notes")] if notes else [])
+
+
+def _source_chunks(source: str, limit: int) -> list[str]:
+    """Code cut at top-level blank lines into pieces of at most `limit` lines where it can be."""
+    from course.notebook_meta import _text_lines
+
+    pieces, current = [], []
+    for block in re.split(r"\n\s*\n(?=\S)", source):
+        if current and _text_lines("\n\n".join([*current, block])) > limit:
+            pieces.append("\n\n".join(current))
+            current = []
+        current.append(block)
+    return pieces + ["\n\n".join(current)]
+
+
+def fit_cells(cells: list[dict], limit: int = DECK_LINES) -> list[dict]:
+    """Code cells too tall for one slide at a readable size: long code is cut at blank lines
+    and the outputs go to the next slide(s) (an output-only cell, its empty input hidden)."""
+    from course.notebook_meta import _text_lines, cell_height, output_height
+
+    out = []
+    for cell in cells:
+        kind = cell["metadata"].get("slideshow", {}).get("slide_type", "-")
+        if cell["cell_type"] != "code" or kind in ("skip", "notes") or cell_height(cell) <= limit:
+            out.append(cell)
+            continue
+        chunks = _source_chunks(cell["source"], limit)
+        outputs = cell.get("outputs", [])
+        for n, chunk in enumerate(chunks):
+            piece = {**cell, "source": chunk, "outputs": []}
+            if n:
+                piece["metadata"] = {**cell["metadata"], "slideshow": {"slide_type": "subslide"}}
+            out.append(piece)
+        room = limit - _text_lines(chunks[-1]) - 1
+        if sum(output_height(o) for o in outputs) <= room:
+            out[-1]["outputs"] = outputs
+            continue
+        group, used = [], 0
+        for o in outputs:  # the outputs on the next slides, as many per slide as fit
+            if group and used + output_height(o) > limit:
+                out.append(_cell("code", "", "subslide", group, ["output-only"]))
+                group, used = [], 0
+            group.append(o)
+            used += output_height(o)
+        if group:
+            out.append(_cell("code", "", "subslide", group, ["output-only"]))
+    return out
+
+
 def slide_deck(nb, name: str, exporter) -> str:
-    """One notebook as a reveal.js deck (HTML), the Colab badge a plain link."""
+    """One notebook as a reveal.js deck (HTML): the header as a title slide with notes, the
+    Colab badge a plain link, cells too tall for a slide split (`fit_cells`)."""
     import nbformat
 
     nb = json.loads(json.dumps(nb))
-    first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
-    first["source"] = COLAB_BADGE.sub(r'<a href="\1">Open in Colab</a>', first["source"])
+    for cell in nb["cells"]:
+        cell["source"] = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    at = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown")
+    nb["cells"][at:at + 1] = title_slide(nb["cells"][at])
     _drop_test_markers(nb)
+    nb["cells"] = fit_cells(nb["cells"])
+    for n, cell in enumerate(nb["cells"]):
+        cell["id"] = f"d{n}"  # unique after the splits
     body, _ = exporter.from_notebook_node(
         nbformat.from_dict(nb),
         resources={"page_url": f"../notebooks/{name}.html", "metadata": {"name": name}})
@@ -363,7 +459,8 @@ def build_slides(paths: list[Path], dest: Path) -> None:
             shutil.copy2(reveal / part, target / part)
     exporter = SlidesExporter(extra_template_basedirs=[str(SITE_DIR)], template_name="slides",
                               reveal_url_prefix="reveal.js", reveal_theme="white",
-                              mathjax_url="../_static/mathjax/tex-chtml.js")
+                              mathjax_url="../_static/mathjax/tex-chtml.js",
+                              exclude_input_prompt=True, exclude_output_prompt=True)  # no "In [41]:"
     exporter.log.setLevel("ERROR")  # not "alternative text is missing" for every plot
     for path in paths:
         deck = slide_deck(nbformat.read(path, as_version=4), path.stem, exporter)

@@ -26,6 +26,7 @@ default_role = "literal"  # `x` in a docstring is code, as in the notebooks
 mathjax_path = "mathjax/tex-chtml.js"
 html_static_path = ["_static", str(mathjax_dir())]
 html_css_files = ["course.css"]
+html_js_files = ["course.js"]  # small screens: scrolling tables say so, figures open full size
 html_favicon = "_static/favicon.svg"
 html_context = {"default_mode": "light"}  # the theme logs a console error without one
 html_theme = "sphinx_book_theme"
@@ -42,4 +43,5 @@ html_theme_options = {
     # (course.site.notebook_page), and the article gets the width, so 120-character code lines
     # and results tables fit (tests/test_site.py)
     "secondary_sidebar_items": [],
+    "navbar_persistent": [],  # one search box on a page: the sidebar's, not a second in the header
 }

@@ -305,3 +305,194 @@ def test_the_tfidf_baseline_reads_pre_tokenized_text_as_it_is():
     vocab = model[0].vocabulary_
     assert "!" in vocab and "great film" in vocab  # split on spaces only: punctuation is a word
     assert list(model.predict(["great plot", "awful film"])) == [1, 0]
+
+
+# ---------------------------------------------------------------------------- the bookkeeping of 09 and 06
+def macs_per_review_09(setup, train_lengths):  # notebook 09, cell 23, with train_lengths passed in
+    enc = setup["model"].encoder
+    n = np.full(len(train_lengths), setup["max_len"]) if setup["fixed"] else np.minimum(train_lengths, setup["max_len"])
+    per_block = 4 * n * enc.d_model**2 + 2 * n * enc.d_model * enc.d_ff + 2 * n.astype(float) ** 2 * enc.d_model
+    return float(enc.n_layers * per_block.mean())
+
+
+def tiny_transformer(d_model=8, n_heads=2, d_ff=16, n_layers=2, sdpa=False, mask_padding=True):
+    from utils.classifiers import TransformerClassifierConfig
+    from utils.transformer import EncoderConfig
+    return TransformerClassifierConfig(vocab_size=V, mask_padding=mask_padding, encoder=EncoderConfig(
+        d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers, sdpa=sdpa))
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_macs_per_review_is_notebook_09s_count(fixed):
+    from utils.classifiers import macs_per_review
+    lengths = np.random.default_rng(0).integers(1, 900, 2000)  # (N,) tokens per training review
+    for cfg, max_len in ((tiny_transformer(32, 2, 128, 1), 200), (tiny_transformer(64, 4, 256, 1), 512),
+                         (tiny_transformer(16, 2, 32, 3), 48)):
+        setup = dict(model=cfg, max_len=max_len, fixed=fixed)
+        assert macs_per_review(cfg, lengths, max_len, fixed) == macs_per_review_09(setup, lengths)
+
+
+def test_macs_per_review_by_hand():
+    from utils.classifiers import macs_per_review
+    cfg = tiny_transformer(d_model=4, n_heads=2, d_ff=8, n_layers=2)  # E = 4, F = 8, 2 blocks
+    # reviews of 3, 5 and 10 tokens read through a window of 6: n = 3, 5, 6
+    # per block 4 n E^2 + 2 n E F + 2 n^2 E = 64 n + 64 n + 8 n^2: n=3: 456, n=5: 840, n=6: 1056
+    assert macs_per_review(cfg, [3, 5, 10], max_len=6) == 2 * (456 + 840 + 1056) / 3
+    assert macs_per_review(cfg, [3, 5, 10], max_len=6, fixed=True) == 2 * 1056  # every review padded to 6
+    assert macs_per_review(cfg, [200], max_len=6, fixed=False) == macs_per_review(cfg, [1], 6, fixed=True)
+
+
+@pytest.mark.parametrize("mask_padding", [True, False])
+def test_macs_per_review_matches_torchs_flop_counter(mask_padding):
+    # FlopCounterMode counts 2 flops per multiply-add of every matmul; with sdpa=False the attention
+    # is two plain matmuls it sees (it does not see CPU's fused SDPA kernel). The head's E*C is the
+    # one matmul the count leaves out.
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from utils.classifiers import TransformerClassifier, macs_per_review
+    cfg = tiny_transformer(d_model=8, n_heads=2, d_ff=24, n_layers=2, mask_padding=mask_padding)
+    model = TransformerClassifier(cfg).eval()
+    for n in (1, 5, 17):
+        with FlopCounterMode(display=False) as counter:
+            model(torch.randint(1, V, (1, n)), torch.tensor([n]))  # one review of n tokens
+        assert counter.get_total_flops() == 2 * (macs_per_review(cfg, [n], max_len=n) + cfg.encoder.d_model * cfg.C)
+
+
+@pytest.mark.parametrize("lengths,max_len", [([], 10), ([[3, 4]], 10), ([3, -1], 10), ([3, 4], 0)])
+def test_macs_per_review_rejects_bad_lengths(lengths, max_len):
+    from utils.classifiers import macs_per_review
+    with pytest.raises(ValueError, match="token counts"):
+        macs_per_review(tiny_transformer(), np.array(lengths), max_len)
+
+
+def tuned_06(score_of, rates):  # notebook 06, cell 28's `tuned`: its choice and what it keeps, without training
+    from utils.train import choose_rate
+    logs, kept = {}, {}
+
+    def trial(lr):
+        model = f"model at {lr:g}"
+        logs[lr] = {"val_acc": [score_of(lr)]}
+        if not kept or max(logs[lr]["val_acc"]) > max(logs[kept["lr"]]["val_acc"]):
+            kept.update(lr=lr, model=model)
+        return -max(logs[lr]["val_acc"])
+
+    lr, _ = choose_rate(trial, rates)
+    return lr, {r: max(log["val_acc"]) for r, log in sorted(logs.items())}, kept
+
+
+SCORES = {  # validation accuracy per rate: a peak inside, a peak past each edge, ties, a far peak
+    "inside": lambda lr: {1e-3: 0.80, 3e-3: 0.85, 1e-2: 0.82}[lr],
+    "above": lambda lr: 0.8 + 0.01 * np.log(lr / 1e-3),
+    "below": lambda lr: 0.8 - 0.01 * np.log(lr / 1e-3),
+    "tie": lambda lr: 0.8,
+    "tie_at_top": lambda lr: 0.85 if lr >= 1e-2 - 1e-12 else 0.8,
+    "far": lambda lr: 0.8 + 0.01 * np.log(lr / 1e-3) if lr < 1 else 0.5,
+}
+
+
+@pytest.mark.parametrize("case", list(SCORES))
+def test_tune_is_notebook_06s_tuned_rate(case):
+    from utils.classifiers import tune
+    rates = [1e-3, 3e-3, 1e-2]
+    lr, scores, kept = tuned_06(SCORES[case], rates)
+    t = tune(lambda r: (SCORES[case](r), f"model at {r:g}"), rates, name=case)
+    assert (t.best, t.scores, t.kept, t.score) == (lr, scores, kept["model"], scores[lr])
+    assert t.grid == tuple(rates) and t.grown == (len(scores) > 3)
+
+
+def test_tune_grows_the_grid_past_a_winning_edge():
+    from utils.classifiers import tune
+    up = tune(lambda r: 0.8 + 0.01 * np.log(r / 1e-3), [1e-3, 3e-3, 1e-2], name="NBoW")  # better and better
+    assert list(up.scores) == pytest.approx([1e-3, 3e-3, 1e-2, 3e-2, 9e-2])  # two steps further, then the cap
+    assert up.best == max(up.scores) and up.grown and up.at_edge
+    assert "(at the grid's edge after growing it)" in str(up) and "5 runs, grown from 3" in str(up)
+    once = tune(lambda r: -abs(np.log(r / 3e-2)), [1e-3, 3e-3, 1e-2])  # the peak one step out
+    assert once.best == pytest.approx(3e-2) and len(once.scores) == 5 and not once.at_edge
+    down = tune(lambda r: -r, [1e-3, 3e-3], max_extra=1)
+    assert list(down.scores) == pytest.approx([1e-3 / 3, 1e-3, 3e-3]) and down.best == pytest.approx(1e-3 / 3)
+    inside = tune(SCORES["inside"], [1e-3, 3e-3, 1e-2], name="CNN")
+    assert not inside.grown and not inside.at_edge and inside.kept is None  # a bare score keeps nothing
+    assert str(inside).startswith("CNN: validation accuracy per lr 0.001 0.8000, 0.003 0.8500, 0.01 0.8200 -> lr = 0.003 (3 runs")
+
+
+def test_tune_never_chooses_or_keeps_a_nan_score():
+    from utils.classifiers import tune
+    nan_first = lambda lr: np.nan if lr == 1e-3 else {3e-3: 0.85, 1e-2: 0.82}[lr]  # noqa: E731
+    t = tune(lambda r: (nan_first(r), r), [1e-3, 3e-3, 1e-2])
+    assert t.best == 3e-3 and t.kept == 3e-3 and np.isnan(t.scores[1e-3])
+    lr, _, kept = tuned_06(nan_first, [1e-3, 3e-3, 1e-2])  # the inline code chose 3e-3 but kept the NaN run's model
+    assert lr == 3e-3 and kept["lr"] == 1e-3
+    spike = tune(lambda r: np.inf if r == 1e-2 else 0.8, [1e-3, 3e-3, 1e-2])  # an overflow is not a winner
+    assert spike.best == 1e-3
+    with pytest.raises(ValueError, match="non-finite"):
+        tune(lambda r: np.nan, [1e-3, 3e-3])
+
+
+def test_tune_minimizes_a_loss_and_rejects_bad_grids():
+    from utils.classifiers import tune
+    t = tune(lambda r: ((np.log(r / 3e-3)) ** 2, None), [1e-3, 3e-3, 1e-2], mode="min", metric="validation loss")
+    assert t.best == 3e-3 and "validation loss per lr" in str(t)
+    for grid, mode in (([1e-3, 1e-3], "max"), ([1e-3], "best"), ([], "max"), ([0.0, 1.0], "max")):
+        with pytest.raises(ValueError):
+            tune(lambda r: 0.5, grid, mode=mode)
+    with pytest.raises(ValueError, match="must return a score"):
+        tune(lambda r: (0.5, None, "", "one too many"), [1e-3])
+
+
+def test_tune_prints_each_trials_note_as_06_printed_the_epochs_run():
+    from utils.classifiers import tune
+    epochs = {1e-3: 10, 3e-3: 7, 1e-2: 5}
+    t = tune(lambda r: (SCORES["inside"](r), None, f"({epochs[r]})"), [1e-3, 3e-3, 1e-2], name="NBoW (mean pooling)",
+             param="rate", metric="best validation accuracy (epochs run)")
+    assert str(t).startswith("NBoW (mean pooling): best validation accuracy (epochs run) per rate "
+                             "0.001 0.8000 (10), 0.003 0.8500 (7), 0.01 0.8200 (5) -> rate = 0.003 (3 runs, ")
+
+
+def sentiment_texts(n, seed):  # short synthetic reviews, tokenized and joined by spaces, with label noise
+    rng = np.random.default_rng(seed)
+    good, bad, neutral = ["great", "superb", "fine"], ["awful", "dull", "waste"], [f"w{i}" for i in range(30)]
+    y = rng.integers(0, 2, n)
+    texts = [" ".join(rng.choice(neutral, 6).tolist() + rng.choice(good if (lab == 1) ^ (rng.random() < 0.15)
+                                                                    else bad, 2).tolist()) for lab in y]
+    return texts, y
+
+
+def linear_row_06(train, y_train, val, y_val, test, Cs):  # notebook 06, cell 19's `linear_row`, without `record`
+    from utils.classifiers import tfidf_logistic_regression
+    from utils.train import choose_rate
+    fits = {}
+
+    def trial(C):
+        model = tfidf_logistic_regression(C).fit(train, y_train)
+        fits[C] = model, float((model.predict(val) == y_val).mean())
+        return -fits[C][1]
+
+    C, _ = choose_rate(trial, Cs)
+    model, val_acc = fits[C]
+    return C, val_acc, model.predict_proba(test)[:, 1], {c: v[1] for c, v in sorted(fits.items())}
+
+
+@pytest.mark.parametrize("Cs", [[3, 10, 30], [0.01, 0.03, 0.1], [10]])
+def test_tune_tfidf_lr_is_notebook_06s_linear_row(Cs):
+    from utils.classifiers import tune_tfidf_lr
+    (tr, y_tr), (va, y_va), (te, y_te) = (sentiment_texts(n, s) for n, s in ((300, 0), (80, 1), (80, 2)))
+    C, val_acc, probs, per_C = linear_row_06(tr, y_tr, va, y_va, te, Cs)
+    row = tune_tfidf_lr(tr, y_tr, va, y_va, te, y_te, Cs, name="TF-IDF + LR")
+    assert (row.C, row.val_acc, row.tuned.scores) == (C, val_acc, per_C) and type(row.C) is type(C)  # 3 stays 3
+    np.testing.assert_array_equal(row.probs, probs)
+    np.testing.assert_array_equal(row.hits, (probs > 0.5) == y_te)
+    assert row.test_acc == classification_metrics(y_te, (probs > 0.5).astype(int))["acc"]
+    assert row.params == row.model[-1].coef_.size + 1 and row.train_s > 0 and row.infer_s > 0
+    assert str(row).startswith("TF-IDF + LR: validation accuracy per C ") and "; test accuracy" in str(row)
+
+
+def test_tune_tfidf_lr_without_test_texts_and_on_bad_inputs():
+    from utils.classifiers import tfidf_logistic_regression, tune_tfidf_lr
+    (tr, y_tr), (va, y_va) = sentiment_texts(200, 0), sentiment_texts(60, 1)
+    row = tune_tfidf_lr(tr, y_tr, va, y_va, Cs=[10])  # notebook 06's cell 40: C = 10, validation only
+    fixed = tfidf_logistic_regression().fit(tr, y_tr)
+    assert row.val_acc == float((fixed.predict(va) == y_va).mean()) and row.probs is None and row.test_acc is None
+    assert "test accuracy" not in str(row)
+    for args in ((tr, y_tr[:-1], va, y_va), (tr, y_tr, va, y_va, va), (tr, y_tr, va, y_va, va, y_va[:-1])):
+        with pytest.raises(ValueError, match="one label per text"):
+            tune_tfidf_lr(*args)

@@ -220,6 +220,41 @@ def test_runner_reports_fast_mode_and_lets_the_kernel_record(tmp_path, monkeypat
     assert "SEQ_RECORD_RESULTS" not in os.environ, "the runner restores its own environment"
 
 
+@pytest.mark.parametrize("name, value, says", [
+    ("SEQ_DEVICE", "cpux", "SEQ_DEVICE='cpux' is not a device name"),
+    ("SEQ_FAST", "2", "SEQ_FAST must be one of"),
+    ("SEQ_DATA_DIR", "no-such-mirror-folder", "SEQ_DATA_DIR='no-such-mirror-folder' names"),
+])
+def test_runner_refuses_bad_settings_before_starting_a_kernel(tmp_path, monkeypatch, capsys, name, value, says):
+    """`SEQ_DEVICE=cpux` started a kernel and failed in cell 2 (86 lines, 14 traceback frames);
+    `SEQ_FAST=2` gave a raw traceback. Now: one line each, and no kernel."""
+    ran = []
+    monkeypatch.setattr(course, "run", lambda p: ran.append(p) or 1.0)
+    monkeypatch.setenv(name, value)
+    assert course.main(["run", str(_tiny_notebook(tmp_path))]) == 2 and ran == []
+    out = capsys.readouterr()
+    lines = (out.out + out.err).strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and lines[0].startswith("python -m course run: "), lines
+
+
+def test_runner_silences_the_kernels_tcp_warning(tmp_path, monkeypatch, capfd):
+    """Every run printed ipykernel's "Kernel is running over TCP without encryption" (the
+    kernel's own stderr, not a cell's); the runner drops that line and keeps the rest."""
+    monkeypatch.setenv("SEQ_FAST", "1")
+    path = _tiny_notebook(tmp_path)
+    assert course.main(["run", str(path)]) == 0
+    out, err = capfd.readouterr()
+    assert "(fast mode)" in out and "without encryption" not in out + err
+
+
+def test_the_stderr_filter_drops_only_the_tcp_warning():
+    kept = io.BytesIO()
+    lines = [b"[IPKernelApp] WARNING | Kernel is running over TCP without encryption. All ...\n",
+             b"a real problem\n"]
+    course._forward_kernel_stderr(io.BytesIO(b"".join(lines)), kept)
+    assert kept.getvalue() == b"a real problem\n"
+
+
 def test_runner_names_the_slowest_cells():
     import nbformat
 

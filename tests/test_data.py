@@ -51,7 +51,7 @@ def test_checksum_mismatch_is_rejected_and_leaves_nothing(server, tmp_path):
     with pytest.raises(DataError, match="failed its checksum") as err:
         fetch_remote(remote, root=tmp_path / "cache")
     assert base + "file.txt" in str(err.value)
-    assert list((tmp_path / "cache" / "toy").iterdir()) == []  # no partial or bad file
+    assert not (tmp_path / "cache").exists()  # no partial or bad file, and no folder made for it
 
 
 def test_offline_error_names_file_url_and_setting(tmp_path):
@@ -255,3 +255,73 @@ def test_data_readme_lists_every_url_and_checksum():
     for files in data.REGISTRY.values():
         for remote in files.values():
             assert remote.url in table and remote.sha256 in table
+
+
+def test_a_relative_data_dir_that_exists_only_here_names_both_folders(monkeypatch, tmp_path):
+    """`SEQ_DATA_DIR=mirror` from a folder that holds `mirror/` was refused as "not a folder",
+    naming only the repository's `mirror`: the message now names the folder here too, and how
+    to mean it (an absolute path)."""
+    repo = Path(data.__file__).resolve().parent.parent
+    (tmp_path / "my-mirror").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEQ_DATA_DIR", "my-mirror")
+    with pytest.raises(DataError) as err:
+        data.data_dir()
+    message = str(err.value)
+    assert str(repo / "my-mirror") in message and str(tmp_path / "my-mirror") in message
+    assert "relative" in message and "repository root" in message
+    assert f"SEQ_DATA_DIR={tmp_path / 'my-mirror'}" in message
+
+
+def test_a_relative_data_dir_read_from_the_repo_root_says_so_when_here_differs(monkeypatch, tmp_path):
+    """Where both the repository's and the current folder's `mirror/` exist, the repository's is
+    used, as documented, with a notice naming the other one (it was silent)."""
+    repo, here = tmp_path / "repo", tmp_path / "elsewhere"
+    (repo / "mirror").mkdir(parents=True)
+    (here / "mirror").mkdir(parents=True)
+    monkeypatch.setattr(data, "REPO_ROOT", repo)
+    monkeypatch.setattr(data, "_noticed", set())
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("SEQ_DATA_DIR", "mirror")
+    with pytest.warns(UserWarning, match=rf"read from the repository root.*{re.escape(str(repo / 'mirror'))}"
+                                         rf".*not {re.escape(str(here / 'mirror'))}"):
+        assert data.data_dir() == repo / "mirror"
+    monkeypatch.chdir(repo)  # from the root, the two are one folder: nothing to say
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert data.data_dir() == repo / "mirror"
+
+
+def test_an_empty_file_is_reported_as_empty_not_as_a_checksum(tmp_path, server):
+    """A zero-byte file (a copy that failed, a disk that filled up) was "failed its checksum ...
+    got: e3b0c442..." (the hash of nothing); it is now called what it is."""
+    empty_sha = hashlib.sha256(b"").hexdigest()
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "file.txt").write_bytes(b"")
+    with pytest.raises(DataError, match=r"is an empty file \(0 bytes\)") as err:
+        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"x"), root=tmp_path)
+    assert empty_sha not in str(err.value) and "file.txt" in str(err.value)
+    www, base = server  # a server that sends nothing
+    (www / "empty.txt").write_bytes(b"")
+    with pytest.raises(DataError, match=r"is an empty file \(0 bytes\)") as err:
+        fetch_remote(_remote(base + "empty.txt", b"x"), root=tmp_path / "cache")
+    assert empty_sha not in str(err.value)
+
+
+def test_a_failed_download_leaves_no_empty_folder_in_a_shared_mirror(tmp_path, server):
+    """A download into a mirror others share created `toy/` and left it empty when it failed."""
+    mirror = tmp_path / "mirror"
+    (mirror / "kept").mkdir(parents=True)  # a folder that was there stays
+    with pytest.raises(DataError):
+        fetch_remote(_remote("http://127.0.0.1:9/file.txt", b"x"), root=mirror)  # offline
+    assert sorted(p.name for p in mirror.iterdir()) == ["kept"]
+    www, base = server
+    (www / "file.txt").write_bytes(b"tampered")
+    with pytest.raises(DataError, match="failed its checksum"):
+        fetch_remote(Remote("toy/deeper/file.txt", base + "file.txt", hashlib.sha256(b"x").hexdigest()),
+                     root=mirror)
+    assert sorted(p.name for p in mirror.iterdir()) == ["kept"]
+    remote = Remote("kept/file.txt", base + "file.txt", hashlib.sha256(b"tampered").hexdigest())
+    assert fetch_remote(remote, root=mirror).read_bytes() == b"tampered"  # a success keeps its folders

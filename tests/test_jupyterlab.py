@@ -9,6 +9,7 @@ contents API (GET, then PUT of the same model).
 """
 
 import json
+import os
 import platform
 import shutil
 import socket
@@ -31,12 +32,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _api(port: int, path: str, body: dict | None = None) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/{path}", method="PUT" if body else "GET",
+def _api(port: int, path: str, body: dict | None = None, base: str = "api") -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/{base}/{path}", method="PUT" if body else "GET",
                                      data=json.dumps(body).encode() if body else None,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)
+        answer = response.read()
+    return json.loads(answer) if answer else {}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,8 @@ def lab(tmp_path_factory):
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
          "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
-         "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}"],
+         "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
+         "--LanguageServerManager.autodetect=False"],  # jupyter-lsp: no `npm` run, no ~/.npm log
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -68,6 +71,32 @@ def lab(tmp_path_factory):
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+JUPYTER_DIRS = ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
+                "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR")
+
+
+def test_jupyter_writes_into_the_test_runs_own_folders_not_home(lab):
+    """The server this module starts saved its workspace in ~/.jupyter/lab/workspaces, and a
+    later `jupyter lab` of the user's reopened the test's notebooks; kernels wrote connection
+    files and IPython profiles under ~ too. The root conftest.py now points every Jupyter and
+    IPython folder at a temporary one for the whole run (the servers and kernels inherit it)."""
+    from IPython.paths import get_ipython_dir
+    from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir, jupyter_runtime_dir
+
+    home = Path.home().resolve()
+    unset = [name for name in JUPYTER_DIRS if not os.environ.get(name)]
+    assert not unset, f"conftest.py does not isolate {unset}"
+    for path in (jupyter_config_dir(), jupyter_data_dir(), jupyter_runtime_dir(), get_ipython_dir(),
+                 *(os.environ[name] for name in JUPYTER_DIRS)):
+        assert not Path(path).resolve().is_relative_to(home), f"{path} is in the home folder"
+    root, port = lab
+    workspace = f"seq-isolation-{os.getpid()}"
+    _api(port, workspace, {"data": {}, "metadata": {"id": workspace}}, base="lab/api/workspaces")
+    written = [p.name for p in Path(os.environ["JUPYTERLAB_WORKSPACES_DIR"]).glob("*.jupyterlab-workspace")]
+    assert any(workspace in name for name in written), written
+    assert not list((home / ".jupyter").glob(f"lab/workspaces/*{workspace}*"))
 
 
 def _as_saved_here(committed: bytes) -> bytes:

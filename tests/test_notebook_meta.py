@@ -79,6 +79,35 @@ def test_every_cell_has_slide_metadata(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_bookkeeping_code_is_tagged_for_the_website(path):
+    """Every notebook page opened with ~40 lines of Colab setup code. The setup cell's input is
+    removed on the site (`remove-input`, its output kept) and the cells that record results
+    show their code behind a toggle (`hide-input`); generated, never written by hand."""
+    assert meta.update(path, ("site",), write=False) == [], APPLY
+    nb = _read(path)
+    tags = {i: set(c.metadata.get("tags", [])) & set(meta.SITE_TAGS) for i, c in enumerate(nb.cells)}
+    setup = [i for i, c in enumerate(nb.cells) if c.source.startswith(meta.SETUP_MARKER)]
+    assert setup and all(tags[i] == {"remove-input"} for i in setup)
+    assert any(t == {"hide-input"} for t in tags.values()), "the cell that records the results"
+
+
+def test_bookkeeping_tags_follow_the_rules_and_leave_other_tags():
+    nb = _toy()
+    nb.cells.insert(4, nbformat.v4.new_code_cell('save_results(run, "99_toy", metrics)'))
+    nb.cells[3].metadata["tags"] = ["mine", "hide-input"]  # a stale site tag goes, "mine" stays
+    meta.normalize_cells(nb)
+    meta.tag_solutions(nb)
+    meta.tag_for_site(nb)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert tags[1] == ["remove-input"] and tags[3] == ["mine"] and tags[4] == ["hide-input"]
+    assert all(not set(t) & set(meta.SITE_TAGS) for i, t in enumerate(tags) if i not in (1, 4))
+    again = json.loads(json.dumps(nb))
+    meta.tag_solutions(again)
+    meta.tag_for_site(again)
+    assert again == json.loads(json.dumps(nb))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_run_time_line_comes_from_the_results_file(path):
     assert meta.update(path, ("runtime",), write=False) == [], APPLY
     header = _read(path).cells[0].source

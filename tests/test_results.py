@@ -75,9 +75,23 @@ def test_readme_results_table_matches_the_result_files():
 
 
 def test_readme_gpu_table_matches_the_gpu_result_files():
+    """The GPU table lives on the page "Running the course" (site/running.md) since issue 66."""
     assert tables.readme_gpu_section() == tables.render_gpu_table(), (
-        "README GPU table is stale: run `python -m course results`"
+        "the GPU table of site/running.md is stale: run `python -m course results`"
     )
+
+
+def test_the_readme_notebook_table_gives_each_notebooks_recorded_run_time(tmp_path):
+    """A newcomer reads the run times in the notebook table; they come from the records."""
+    readme = tables.README.read_text()
+    rows = tables.NOTEBOOK_ROW.findall(readme)
+    assert len(rows) == len(list(tables.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))) > 0
+    assert tables.with_run_times(readme) == readme, "run `python -m course results`"
+    fake = "| 99 | [Demo](notebooks/99_demo.ipynb) | things | - | toy |"
+    assert tables.with_run_times(fake) == fake  # no record: a dash
+    (tmp_path / "01_text_preprocessing.json").write_text(json.dumps({"wall_time_s": 32.4}))
+    row = "| 01 | [Text](notebooks/01_text_preprocessing.ipynb) | tokens | 3 min | IMDB |"
+    assert tables.with_run_times(row, tmp_path) == row.replace("3 min", "32 s")
 
 
 def test_gpu_records_are_full_gpu_runs_under_the_cpu_runs_keys():
@@ -385,3 +399,4 @@ def test_marked_sections_are_read_and_replaced_between_their_markers(tmp_path):
     with pytest.raises(ValueError, match="lacks the markers"):
         replace_marked_section(readme, "<!-- a -->", "<!-- b -->", "x")
     assert readme.read_text() == "no markers here\n"
+

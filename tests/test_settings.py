@@ -102,3 +102,17 @@ def test_setup_sets_cpu_threads():
             course_setup(threads=0, quiet=True)
     finally:
         torch.set_num_threads(before)
+
+
+def test_check_settings_names_each_bad_setting_in_one_line(monkeypatch):
+    """What the runner checks before it starts a kernel: `SEQ_DEVICE=cpux` once started one and
+    failed in cell 2 after 14 traceback frames, `SEQ_FAST=2` gave a raw traceback."""
+    from utils.settings import check_settings
+
+    assert check_settings() == []
+    monkeypatch.setenv("SEQ_FAST", "2")
+    monkeypatch.setenv("SEQ_DEVICE", "cpux")
+    problems = check_settings()
+    assert len(problems) == 2 and all("\n" not in p for p in problems)
+    assert problems[0].startswith("SEQ_FAST must be one of") and "'2'" in problems[0]
+    assert problems[1].startswith("SEQ_DEVICE='cpux' is not a device name")

@@ -17,6 +17,8 @@ The zoo: `BagOfEmbeddings` (mean pooling, or no pooling: the last token's own pr
 `FastText` (words + hashed bigrams), `RecurrentClassifier` (LSTM / GRU / BiLSTM, packed),
 `TextCNN` (n-gram filters + global max pooling), `EmbeddingMLP`. Helpers: `length_mask`,
 `classify_step`, `predict`, `accuracy`, `fit_classifier`, `classification_metrics`, `split_indices`, `fraction_of`.
+Bookkeeping of the choices made on validation: `tune` (a grid grown at its edge, one line per
+choice), `tune_tfidf_lr` (the linear baseline's row), `macs_per_review` (notebook 09's count).
 
 Shapes: B batch, T tokens, V vocabulary, E embedding width, H hidden width, C classes,
 F filters per width, D sentence-vector width.
@@ -24,6 +26,8 @@ F filters per width, D sentence-vector width.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,9 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from utils.compare import improves
 from utils.gated import OPEN_GATE_BIAS, open_gates_
 from utils.schedules import warmup_cosine
-from utils.train import fit, model_device, to_device
+from utils.train import choose_rate, fit, model_device, to_device
 from utils.transformer import POSITIONS, Encoder, EncoderConfig, LayerNorm, make_positions
 
 PAD_ID = 0  # utils.text.Vocab puts <pad> at index 0
@@ -469,6 +474,27 @@ class TransformerClassifierConfig:
             raise ValueError(f"pool must be 'mean' or 'max', got {self.pool!r}")
 
 
+def macs_per_review(cfg: TransformerClassifierConfig, lengths, max_len: int, fixed: bool = False) -> float:
+    """Multiply-adds of the classifier's encoder for one review, forward pass, averaged over the
+    reviews whose token counts are `lengths` (N,) (notebook 09's tie-break: a count every device
+    agrees on, not a prediction of seconds).
+
+    Per block, for a review read as n tokens: 4 n E^2 (query, key, value and output projections)
+    + 2 n E F (the feed-forward network) + 2 n^2 E (the scores Q K^T and the mix A V, all heads
+    together), times n_layers. n = max_len for every review when batches are padded to a fixed
+    length (`fixed`: pads are computed like words), else min(length, max_len). Embeddings,
+    positions, norms, softmax, pooling and the head (E C) are left out.
+    """
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or len(lengths) == 0 or (lengths < 0).any() or max_len < 1:
+        raise ValueError(f"need (N,) token counts >= 0, N >= 1, and max_len >= 1; got shape {lengths.shape}, "
+                         f"max_len={max_len}")
+    E, d_ff, n_layers = cfg.encoder.d_model, cfg.encoder.d_ff, cfg.encoder.n_layers
+    n = np.full(len(lengths), max_len) if fixed else np.minimum(lengths, max_len)  # (N,) tokens read per review
+    per_block = 4 * n * E**2 + 2 * n * E * d_ff + 2 * n.astype(float) ** 2 * E  # (N,)
+    return float(n_layers * per_block.mean())
+
+
 class TransformerClassifier(nn.Module):
     """Embed, add positions, run `utils.transformer.Encoder`, pool over positions, classify.
 
@@ -539,3 +565,139 @@ def accuracy(model: nn.Module, loader) -> float:
     """Share of the loader's examples whose positive-class probability is on the right side of 0.5."""
     probs, labels = predict(model, loader)
     return float(((probs > 0.5) == labels).mean())
+
+
+# ---------------------------------------------------------------------------- choices on validation (06)
+@dataclass(frozen=True)
+class Tuned:
+    """One value chosen on validation by `tune`; `print(tuned)` is its one-line report."""
+
+    name: str  # what was tuned, e.g. "NBoW (mean pooling)"
+    param: str  # the value's name in the report: "lr", "C"
+    grid: tuple[float, ...]  # the grid as given, before any growth
+    scores: dict[float, float]  # validation score per value tried, in increasing value order
+    best: float  # the value chosen
+    kept: object  # what the chosen value's trial returned beside its score (a model, a log, ...)
+    seconds: float  # wall time of all the trials
+    metric: str = "validation accuracy"
+    notes: dict[float, str] = field(default_factory=dict)  # per value, what its trial said beside the score
+
+    @property
+    def score(self) -> float:
+        return self.scores[self.best]
+
+    @property
+    def grown(self) -> bool:  # did a winner at the edge send the search further out?
+        return len(self.scores) > len(self.grid)
+
+    @property
+    def at_edge(self) -> bool:  # is the chosen value still the smallest or largest one tried?
+        return len(self.scores) > 1 and self.best in (min(self.scores), max(self.scores))
+
+    def __str__(self) -> str:
+        per = ", ".join(f"{v:g} {s:.4f}" + (f" {self.notes[v]}" if v in self.notes else "")
+                        for v, s in self.scores.items())
+        edge = f" (at the grid's edge{' after growing it' if self.grown else ''})" if self.at_edge else ""
+        grown = f", grown from {len(self.grid)}" if self.grown else ""
+        return (f"{self.name}: {self.metric} per {self.param} {per} -> {self.param} = {self.best:g}{edge} "
+                f"({len(self.scores)} runs{grown}, {self.seconds:.0f} s)")
+
+
+def tune(trial: Callable, grid, name: str = "", param: str = "lr", mode: str = "max", step: float = 3.0,
+         max_extra: int = 2, metric: str = "validation accuracy") -> Tuned:
+    """Run `trial(value)` on a grid grown at its edge (`utils.train.choose_rate`) and keep the best.
+
+    trial(value) -> the validation score, or (score, anything to keep), or (score, keep, a short
+    note the report prints after the score, e.g. the epochs run). The best score
+    (highest for mode "max", lowest for "min") wins; ties go to the value tried first; a
+    non-finite score never wins (`utils.compare.improves`). While the winner is the grid's
+    largest (smallest) value, the one `step` times larger (smaller) is tried too, at most
+    `max_extra` times. Only the best trial's extra output stays in memory (`Tuned.kept`).
+    """
+    grid = tuple(grid)  # the values as given (a C of 3 stays the int 3 in what is recorded)
+    if mode not in ("min", "max") or len(set(grid)) != len(grid):
+        raise ValueError(f"need mode 'min' or 'max' and a grid without repeats, got {mode!r} and {grid}")
+    scores, notes, top, start = {}, {}, {}, time.perf_counter()
+
+    def run(value: float) -> float:  # choose_rate minimizes: hand it the score, or minus the score
+        out = trial(value)
+        out = out if isinstance(out, tuple) else (out,)
+        if not 1 <= len(out) <= 3:
+            raise ValueError(f"trial({value:g}) must return a score, (score, keep) or (score, keep, note); got {out}")
+        score, kept, note = (*out, None, None)[:3]
+        scores[value] = score = float(score)
+        if note is not None:
+            notes[value] = str(note)
+        if improves(score, top.get("score"), mode):  # strictly better, in the order tried: choose_rate's pick
+            top.update(value=value, score=score, kept=kept)
+        return score if mode == "min" else -score
+
+    best, _ = choose_rate(run, list(grid), step, max_extra)
+    if not top:
+        raise ValueError(f"{name or 'tune'}: every trial's score was non-finite {scores}: nothing to choose")
+    assert top["value"] == best, (top, best)  # the same rule, applied to the same scores in the same order
+    return Tuned(name, param, grid, dict(sorted(scores.items())), best, top["kept"], time.perf_counter() - start,
+                 metric, notes)
+
+
+@dataclass(frozen=True)
+class LinearRow:
+    """TF-IDF + logistic regression with C chosen on validation (`tune_tfidf_lr`); prints as one line."""
+
+    tuned: Tuned  # validation accuracy per C; .best is the chosen C, .kept (pipeline, seconds to fit)
+    probs: np.ndarray | None  # (N_test,) P(positive) of the chosen model, None without test texts
+    hits: np.ndarray | None  # (N_test,) bool: which test reviews it gets right (for `paired_difference`)
+    infer_s: float  # seconds to score the test texts
+
+    @property
+    def model(self):  # the fitted pipeline at the chosen C
+        return self.tuned.kept[0]
+
+    @property
+    def C(self) -> float:
+        return self.tuned.best
+
+    @property
+    def val_acc(self) -> float:
+        return self.tuned.score
+
+    @property
+    def train_s(self) -> float:  # the chosen C's fit
+        return self.tuned.kept[1]
+
+    @property
+    def test_acc(self) -> float | None:
+        return None if self.hits is None else float(self.hits.mean())
+
+    @property
+    def params(self) -> int:  # weights and bias of the logistic regression
+        return int(self.model[-1].coef_.size + self.model[-1].intercept_.size)
+
+    def __str__(self) -> str:
+        return str(self.tuned) + ("" if self.hits is None else f"; test accuracy {self.test_acc:.4f}")
+
+
+def tune_tfidf_lr(train_texts, y_train, val_texts, y_val, test_texts=None, y_test=None, Cs=(3.0, 10.0, 30.0),
+                  name: str = "TF-IDF + logistic regression") -> LinearRow:
+    """The linear baseline's row: `tfidf_logistic_regression(C)` fitted on the training texts for
+    each C of a grid grown at its edge (`tune`), C chosen by validation accuracy (share of
+    `predict(val_texts) == y_val`), then the chosen model scores the test texts once:
+    probs = P(positive) (N_test,), hits = (probs > 0.5) == y_test (N_test,).
+    Texts are pre-tokenized reviews joined by spaces."""
+    y_train, y_val = np.asarray(y_train), np.asarray(y_val)
+    if len(train_texts) != len(y_train) or len(val_texts) != len(y_val) or (test_texts is None) != (y_test is None) \
+            or (test_texts is not None and len(test_texts) != len(y_test)):
+        raise ValueError("each set of texts needs one label per text (and test texts come with test labels)")
+
+    def trial(C: float):
+        start = time.perf_counter()
+        model = tfidf_logistic_regression(C).fit(train_texts, y_train)
+        train_s = time.perf_counter() - start
+        return float((model.predict(val_texts) == y_val).mean()), (model, train_s)
+
+    tuned = tune(trial, Cs, name=name, param="C")
+    if test_texts is None:
+        return LinearRow(tuned, None, None, 0.0)
+    start = time.perf_counter()
+    probs = tuned.kept[0].predict_proba(test_texts)[:, 1]  # (N_test,)
+    return LinearRow(tuned, probs, (probs > 0.5) == np.asarray(y_test), time.perf_counter() - start)

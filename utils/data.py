@@ -20,6 +20,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,19 +104,35 @@ def data_dir() -> Path:
     """The data directory: `SEQ_DATA_DIR` if set, else the repo's `data/` download cache.
     A relative `SEQ_DATA_DIR` is relative to the repository root, not to the current folder,
     so `SEQ_DATA_DIR=mirror` means the same in `pytest` (run from the root) and in a notebook
-    (whose kernel runs in notebooks/). A `SEQ_DATA_DIR` that does not exist is refused (a typo
-    would otherwise be created and filled by a fresh download); the default cache is created."""
+    (whose kernel runs in notebooks/); where the current folder holds another folder of that
+    name, a warning (or the error below) says which one is read. A `SEQ_DATA_DIR` that does not
+    exist is refused (a typo would otherwise be created and filled by a fresh download); the
+    default cache is created."""
     setting = os.environ.get("SEQ_DATA_DIR", "").strip()
     if not setting:
         return DEFAULT_CACHE
     path = Path(setting).expanduser()
-    path = path if path.is_absolute() else REPO_ROOT / path
+    here = None  # what a relative setting would mean from the current folder, if that differs
+    if not path.is_absolute():
+        here, path = (Path.cwd() / path).resolve(), REPO_ROOT / path
+        here = here if here.is_dir() and here != path.resolve() else None
     if not path.is_dir():
+        meant = (f" The current folder has {here}: a relative SEQ_DATA_DIR is read from the "
+                 f"repository root, not from here, so give that one as an absolute path "
+                 f"(SEQ_DATA_DIR={here})." if here else "")
         raise DataError(
-            f"SEQ_DATA_DIR={setting!r} names {path}, which is not a folder. Fix the setting (a "
-            f"relative path is read from the repository root, {REPO_ROOT}), create the folder "
+            f"SEQ_DATA_DIR={setting!r} names {path}, which is not a folder.{meant} Fix the setting "
+            f"(a relative path is read from the repository root, {REPO_ROOT}), create the folder "
             "first if you mean a new one, or unset SEQ_DATA_DIR to use the course's own cache.")
+    if here and (setting, str(here)) not in _noticed:
+        _noticed.add((setting, str(here)))
+        warnings.warn(f"SEQ_DATA_DIR={setting!r} is relative, so it is read from the repository "
+                      f"root: the data comes from {path}, not {here} in the current folder. Give "
+                      "an absolute path to use that one.", stacklevel=2)
     return path
+
+
+_noticed: set[tuple[str, str]] = set()  # relative settings already warned about in this process
 
 
 # ---------------------------------------------------------------------------- checksums
@@ -153,6 +170,8 @@ def file_identity(path: Path) -> tuple:
 
 
 def _check(remote: Remote, path: Path, source: str, advice: str) -> None:
+    if path.stat().st_size == 0:  # its "checksum" would be the hash of nothing
+        raise DataError(f"{source} is an empty file (0 bytes), not the expected data.\n{advice}")
     try:
         actual = digest(path, remote.digest_of)
     except Exception as err:  # unreadable gzip/parquet is corruption too
@@ -182,6 +201,7 @@ def download(remote: Remote, dest: Path, timeout: float = 60.0,
              progress: bool | None = None) -> Path:
     """Fetch `remote.url` to `dest` atomically; keep it only if its checksum matches.
     `progress` shows a progress bar (default: unless `SEQ_QUIET=1`)."""
+    made = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]  # deepest first
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     tmp = Path(tmp_name)
@@ -206,8 +226,14 @@ def download(remote: Remote, dest: Path, timeout: float = 60.0,
                f"Nothing was kept. Run again (a download cut short fails this way); if it fails "
                f"again, the server sends another file: copy a good '{remote.path}' to {dest}.")
         os.replace(tmp, dest)  # atomic: readers never see a half-written file
-    finally:
+    except BaseException:
         tmp.unlink(missing_ok=True)
+        for folder in made:  # the folders made for this file, in a mirror others may share
+            try:
+                folder.rmdir()
+            except OSError:  # no longer empty: something else is in it now
+                break
+        raise
     return dest
 
 

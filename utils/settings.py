@@ -72,6 +72,18 @@ def get_device() -> torch.device:
     return device
 
 
+def check_settings() -> list[str]:
+    """What is wrong with `SEQ_FAST` and `SEQ_DEVICE`, one line each (empty: both good), read
+    by `is_fast` and `get_device` themselves: the runner asks before it starts a kernel."""
+    problems = []
+    for read in (is_fast, get_device):
+        try:
+            read()
+        except ValueError as err:
+            problems.append(str(err))
+    return problems
+
+
 def synchronize(device: torch.device) -> None:
     """Wait until `device` has finished its queued work. GPU kernels run asynchronously, so a
     clock read without this measures the launching, not the computing; on a CPU it is a no-op."""
