@@ -6,17 +6,9 @@ import torch.nn.functional as F
 from helpers import randomize_
 
 from utils.decoding import greedy_decode, sample
-from utils.gpt import (
-    GPT,
-    GPTConfig,
-    adamw,
-    decoding_step,
-    evaluate_lm,
-    load_from_hf,
-    param_count,
-    random_windows,
-    train_lm,
-)
+from utils.gpt import GPT, GPTConfig, decoding_step, evaluate_lm, load_from_hf, train_lm
+from utils.text import random_windows
+from utils.train import adamw, param_count
 
 TINY = GPTConfig(vocab_size=11, block_size=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
 

@@ -156,8 +156,6 @@ PRINTED = re.compile(rf"(?<![\w.])(?:{NUMBER})")
 # prints them; then the entry must go (the test fails on an entry that is printed or no longer
 # recorded).
 NOT_PRINTED: dict[str, set[str]] = {
-    "03_recurrent_neural_networks": {"char_rnn_train_time_s", "ppl_change_vs_best_ngram_pct",  # minutes, "+0.9%"
-                                     "ppl_change_carried_vs_best_ngram_pct"},
     "07_seq2seq_and_attention": {"attention_entropy_share_luong"},
     "11_gpt_language_models": {"gpt_char_tokens", "gpt_char_val_loss_window100"},  # printed as 8.2M and in bits
     # printed with one significant digit ("0.007" for 0.0074), which traces nothing; each

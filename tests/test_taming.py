@@ -167,8 +167,8 @@ def test_radam_rectification_matches_torch_radam():
 
 
 def test_both_optimizers_decay_matrices_only():
-    from utils.gpt import adamw
     from utils.taming import make_optimizer
+    from utils.train import adamw
 
     model = GPT(GPTConfig(**TINY))
     for opt in (adamw(model, 1e-3, 0.1), make_optimizer(model, "adamw", 1e-3, weight_decay=0.1),

@@ -3,8 +3,8 @@
 Modules (each notebook imports what it needs):
 - `utils.settings`: fast/full mode (`pick`), device, seeding, the run header (`setup`)
 - `utils.data`: the course datasets, their sources and checksums, loaders
-- `utils.text`: tokenizers, `Vocab`, padding (`PadCollate`) and length bucketing
-- `utils.train`: the training loop (`fit`, `evaluate`) and checkpoints
+- `utils.text`: tokenizers, `Vocab`, padding (`PadCollate`), length bucketing, random windows of a token stream
+- `utils.train`: the training loop (`fit`, `evaluate`), checkpoints, AdamW with decay on matrices, parameter counts
 - `utils.plots`: training curves and heatmaps
 - `utils.metrics`: perplexity and BLEU (02)
 - `utils.ngram`: count-based n-gram language models, the baselines to beat (02)
@@ -19,7 +19,7 @@ Modules (each notebook imports what it needs):
 - `utils.decoding`: greedy decoding, beam search and sampling, written once (07)
 - `utils.transformer`: positional encodings, layer norm, feed-forward, encoder and decoder blocks, the encoder-decoder Transformer (08, 09, 10; 11-14 build on it)
 - `utils.schedules`: warm-up + cosine and inverse-square-root learning-rate schedules (05, 10-14)
-- `utils.gpt`: the decoder-only language model, equal to GPT-2 with copied weights, and its training helpers (11)
+- `utils.gpt`: the decoder-only language model, equal to GPT-2 with copied weights, its evaluation and `train_lm` (11)
 - `utils.bert`: the BERT-style encoder that runs the real MiniLM weights, MLM masking, fine-tuning batches in true epochs (12)
 - `utils.vit`: the Vision Transformer (patches, class token, equal to Hugging Face's ViT with copied weights), the CNN baseline and their training recipe (13)
 - `utils.taming`: training-stability runs (same steps; failed and non-finite runs told apart) and their diagnostics: per-block gradients, layer-norm Jacobian, RAdam's rectification (14)

@@ -324,7 +324,8 @@ def train_mlm(model: BertMLM, ids: Tensor, *, updates: int | None = None, second
     clipping). One generator draws the windows and the masks, so a seed fixes both. With
     `val_ids` the whole split is scored (`evaluate_mlm`, the same blanks each time) every
     `eval_every` updates and at the end: "val_loss", "val_acc" in the log."""
-    from utils.gpt import adamw, random_batches
+    from utils.text import random_batches
+    from utils.train import adamw
 
     g = torch.Generator().manual_seed(seed)
 

@@ -11,7 +11,8 @@ no encoder). With token ids x_1..x_T, token table W_e (V, E) and position table 
 
 `load_from_hf` copies a Hugging Face `GPT2LMHeadModel`, so a test can prove that these blocks
 compute exactly GPT-2. `decoding_step` plugs the model into `utils.decoding` (greedy, sampling).
-Training helpers (random windows, evaluation over a whole split, `train_lm`) are
+Training helpers (evaluation over a whole split, `train_lm`; the generic ones, random windows of
+a token stream, AdamW with decay on matrices, live in `utils.text` and `utils.train`) are
 separate functions, not methods: the model class holds construction and `forward` only.
 
 Shapes: B batch, T tokens, V vocabulary, E = d_model, nh heads, L layers.
@@ -28,8 +29,16 @@ from torch import nn
 
 from utils.loading import check_same
 from utils.schedules import start_of_longer_plan, warmup_cosine
-from utils.train import autocast, fit, model_device, to_device
-from utils.transformer import HF_ACTIVATIONS, Encoder, EncoderConfig, LayerNorm, LearnedPositions
+from utils.text import random_batches
+from utils.train import adamw, autocast, fit, model_device, to_device
+from utils.transformer import (
+    HF_ACTIVATIONS,
+    Encoder,
+    EncoderConfig,
+    LayerNorm,
+    LearnedPositions,
+    fuse_layer_norms_,
+)
 
 Tensor = torch.Tensor
 
@@ -117,36 +126,12 @@ class GPT(nn.Module):
         return tuple(out)
 
 
-class FusedLayerNorm(LayerNorm):
-    """The course's `LayerNorm` (same gamma, beta, eps) computed by PyTorch's fused kernel.
-
-    Our from-scratch norm takes five passes over the tensor (mean, var, subtract, divide,
-    scale); `F.layer_norm` takes one, which makes a small GPT's training step ~15% faster on a CPU.
-    """
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (x.shape[-1],), self.gamma, self.beta, self.eps)  # (..., E)
-
-
-def fuse_layer_norms_(module: nn.Module) -> nn.Module:
-    """Turn every `LayerNorm` inside `module` into a `FusedLayerNorm`, keeping its parameters."""
-    for child in module.modules():
-        if type(child) is LayerNorm:
-            child.__class__ = FusedLayerNorm  # same parameters and buffers, only forward differs
-    return module
-
-
 def _init_gpt2(module: nn.Module) -> None:
     """GPT-2's initialization: N(0, 0.02) weights, zero biases (PyTorch's default is wider)."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, std=0.02)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
-
-
-def param_count(model: nn.Module) -> int:
-    """Distinct parameters (a tied matrix counts once)."""
-    return sum(p.numel() for p in model.parameters())
 
 
 # ---------------------------------------------------------------------------- reference: GPT-2
@@ -220,26 +205,6 @@ def decoding_step(model: GPT):
 
 
 # ---------------------------------------------------------------------------- data and training
-def random_windows(ids: Tensor, block_size: int, batch_size: int,
-                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """B random windows of the token stream `ids` (N,) and their targets, shifted by one.
-
-    -> x (B, T), y (B, T) with y[b, t] = x[b, t + 1]: every position is a training example.
-    """
-    if len(ids) <= block_size:
-        raise ValueError(f"need more than block_size={block_size} tokens, got {len(ids)}")
-    start = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,)
-    offsets = torch.arange(block_size + 1)  # (T + 1,)
-    chunk = ids[start[:, None] + offsets]  # (B, T + 1)
-    return chunk[:, :-1], chunk[:, 1:]  # (B, T), (B, T)
-
-
-def random_batches(ids: Tensor, block_size: int, batch_size: int, generator: torch.Generator):
-    """Endless `random_windows` batches (x, y) of the token stream `ids`, drawn with `generator`."""
-    while True:
-        yield random_windows(ids, block_size, batch_size, generator)  # (B, T), (B, T)
-
-
 def lm_step(model: nn.Module, batch) -> dict:
     """`utils.train.fit` step: mean next-token loss of a (x, y) batch; "n" = predicted tokens."""
     x, y = to_device(batch, model_device(model))  # (B, T), (B, T)
@@ -296,30 +261,6 @@ def train_lm(model: GPT, train_ids: Tensor, *, updates: int | None = None, secon
                schedule=schedule, clip=clip, precision=precision,
                validate=validate, eval_every=eval_every,
                keep_best=("val_loss", "min") if keep_best else None, log_every=log_every)
-
-
-def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Optimizer parameter groups: weight decay on matrices (dim >= 2) only, as in GPT-2 and
-    nanoGPT; biases, layer-norm gains and other vectors are not decayed."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-
-
-def adamw(model: nn.Module, lr: float, weight_decay: float, fused: bool = False) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (`decay_groups`).
-
-    `fused=True` updates each parameter in one kernel instead of about ten small ones (the same
-    rule): on a CPU that saves a few milliseconds per update for a model of many small tensors
-    (notebook 13's ViT). It needs a torch and a device with the fused kernel (CUDA; CPU from
-    torch 2.4); elsewhere the usual implementation runs.
-    """
-    if fused:
-        try:
-            return torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99), fused=True)
-        except RuntimeError:  # no fused kernel for this device in this torch version
-            pass
-    return torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
 
 
 # ---------------------------------------------------------------------------- subword tokens

@@ -11,7 +11,7 @@ A notebook that builds on another one reads that notebook's record with `load_re
 `load_metrics`. Every value it reads is noted, and `save_results` writes the notes into the
 reader's own record under "reads": when the upstream notebook runs again and its numbers change,
 a test (`course.results.stale_reads`) names the readers whose outputs now show old numbers, in
-the order to re-run them. The README tables and that check are the course machinery
+the order to re-run them. The results tables and that check are the course machinery
 (`course.results`), not part of this module.
 """
 

@@ -32,9 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.attention import MultiHeadAttention
-from utils.gpt import GPT, GPTConfig, decay_groups, evaluate_lm, lm_step, random_batches
+from utils.gpt import GPT, GPTConfig, evaluate_lm, lm_step
 from utils.schedules import WarmupCosine
-from utils.train import fit
+from utils.text import random_batches
+from utils.train import decay_groups, fit
 
 Tensor = torch.Tensor
 FAILED_NATS = 3.0  # default threshold: a finite run whose final validation loss is above it "failed"
@@ -43,7 +44,7 @@ OPTIMIZERS = ("adamw", "radam")
 
 def make_optimizer(model: nn.Module, name: str, lr: float, betas=(0.9, 0.98),
                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """AdamW or RAdam, both with decoupled weight decay on matrices only (`utils.gpt.decay_groups`).
+    """AdamW or RAdam, both with decoupled weight decay on matrices only (`utils.train.decay_groups`).
 
     The default `weight_decay=0` makes "adamw" plain Adam (and RAdam undecayed): notebook 14's
     arms differ only in the block, the optimizer's first steps and the schedule."""

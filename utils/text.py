@@ -287,3 +287,24 @@ class BucketBatchSampler(torch.utils.data.Sampler):
         per_pool = pool // self.batch_size if self.drop_last else -(-pool // self.batch_size)
         last = rest // self.batch_size if self.drop_last else -(-rest // self.batch_size)
         return full * per_pool + last
+
+
+# ---------------------------------------------------------------------------- a token stream in random windows
+def random_windows(ids: torch.Tensor, block_size: int, batch_size: int,
+                   generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """B random windows of the token stream `ids` (N,) and their targets, shifted by one.
+
+    -> x (B, T), y (B, T) with y[b, t] = x[b, t + 1]: every position is a training example.
+    """
+    if len(ids) <= block_size:
+        raise ValueError(f"need more than block_size={block_size} tokens, got {len(ids)}")
+    start = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,)
+    offsets = torch.arange(block_size + 1)  # (T + 1,)
+    chunk = ids[start[:, None] + offsets]  # (B, T + 1)
+    return chunk[:, :-1], chunk[:, 1:]  # (B, T), (B, T)
+
+
+def random_batches(ids: torch.Tensor, block_size: int, batch_size: int, generator: torch.Generator):
+    """Endless `random_windows` batches (x, y) of the token stream `ids`, drawn with `generator`."""
+    while True:
+        yield random_windows(ids, block_size, batch_size, generator)  # (B, T), (B, T)

@@ -25,11 +25,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.gpt import adamw, fuse_layer_norms_, param_count  # noqa: F401 (param_count: re-exported for notebook 13)
 from utils.loading import check_same
 from utils.schedules import WarmupCosine, WarmupStableDecay
-from utils.train import autocast, fit, model_device, no_gain_for
-from utils.transformer import HF_ACTIVATIONS, Encoder, EncoderConfig, LearnedPositions
+from utils.train import adamw, autocast, fit, model_device, no_gain_for, param_count  # noqa: F401 (param_count: re-exported for notebook 13)
+from utils.transformer import (
+    HF_ACTIVATIONS,
+    Encoder,
+    EncoderConfig,
+    LearnedPositions,
+    fuse_layer_norms_,
+)
 
 Tensor = torch.Tensor
 
@@ -347,7 +352,7 @@ def train_classifier(model: nn.Module, x: Tensor, y: Tensor, updates: int, batch
     batches (epoch after epoch), linear warm-up then cosine decay to 0 over `updates`
     (`utils.schedules.WarmupCosine`), gradients clipped at 1, and augmentation: shifts of up to
     `pad` pixels and horizontal flips (`augment`; pad=0: none). AdamW runs fused where the
-    device has the kernel (`utils.gpt.adamw`).
+    device has the kernel (`utils.train.adamw`).
 
     x (N, C, H, W), y (N,). `seconds` caps the training time (a safety net: the cosine follows
     the updates). Every `eval_every` updates and at the end, the accuracy on (x_val, y_val) is
