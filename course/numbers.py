@@ -38,8 +38,27 @@ ANY_NUMBER = re.compile(r"(?<![\w.])[-−+]?(?:\d{1,3}(?:,\d{3})+|\d*\.\d+|\d+)(
 SUFFIX = {"k": 1e3, "M": 1e6, "B": 1e9}  # 10.7M parameters
 
 
-def _float(token: str) -> float:
-    return float(token.replace(",", "").replace("−", "-").rstrip("%"))
+def parse_number(token: str) -> tuple[float, float, int]:
+    """A printed number -> (value, half a unit in its last printed digit, significant digits
+    printed: 2 for "0.24", 1 for "0.07" and "3"; a printed zero counts its decimals, 2 for "0.00").
+    Reads thousands commas, a minus sign, an exponent, "%" and a k/M/B suffix ("10.7M")."""
+    token = token.replace("−", "-").replace(",", "")
+    scale = 0.01 if token.endswith("%") else 1.0
+    token = token.rstrip("%")
+    if token[-1:] in SUFFIX:
+        scale, token = scale * SUFFIX[token[-1]], token[:-1]
+    mantissa, _, exponent = token.lower().partition("e")
+    scale *= 10.0 ** int(exponent or 0)
+    whole, _, decimals = mantissa.lstrip("+-").partition(".")
+    significant = (whole + decimals).lstrip("0")  # from the first non-zero digit
+    digits = len(significant) if significant else max(len(decimals), 1)
+    return float(mantissa) * scale, 0.5 * 10.0 ** -len(decimals) * scale, digits
+
+
+def agrees(value: float, token: str) -> bool:
+    """Does `value`, rounded as `token` was printed, give `token`?"""
+    x, tol, _ = parse_number(token)
+    return abs(value - x) <= tol * (1 + 1e-9) + 1e-12 * abs(x)
 
 
 def prose_text(cell: dict) -> str:
@@ -74,7 +93,7 @@ def shown_numbers(notebook: dict, record: dict | None) -> list[float]:
         for out in cell.get("outputs", []):
             parts.append("".join(out.get("text", "")))
             parts += ["".join(v) for k, v in out.get("data", {}).items() if k.startswith("text/")]
-    values = [_float(t.rstrip("kMB")) * SUFFIX.get(t[-1], 1.0) for t in ANY_NUMBER.findall("\n".join(parts))]
+    values = [parse_number(t)[0] for t in ANY_NUMBER.findall("\n".join(parts))]
 
     def walk(node):
         if isinstance(node, dict):
@@ -92,13 +111,8 @@ def shown_numbers(notebook: dict, record: dict | None) -> list[float]:
 def traces(token: str, shown: list[float]) -> bool:
     """Does some shown number give `token` when rounded as `token` is written (as itself, as a
     percentage of a share, or seconds as minutes; the sign aside: a gap is stated unsigned)?"""
-    token = token.replace("−", "-").lstrip("+-").rstrip("%")
-    scale = SUFFIX.get(token[-1], 1.0)
-    mantissa, _, exponent = token.rstrip("kMB").lower().partition("e")
-    scale *= 10.0 ** int(exponent or 0)
-    decimals = len(mantissa.partition(".")[2])
-    target, tolerance = _float(mantissa) * scale, (0.5 * 10.0 ** -decimals * (1 + 1e-9) + 1e-12) * scale
-    return any(abs(abs(y) * factor - target) <= tolerance for y in shown for factor in (1.0, 100.0, 1 / 60))
+    unsigned = token.replace("−", "-").lstrip("+-").rstrip("%")
+    return any(agrees(abs(y) * factor, unsigned) for y in shown for factor in (1.0, 100.0, 1 / 60))
 
 
 def untraced(stem: str, quoted: dict[str, str] | None = None, notebooks: Path = NOTEBOOKS

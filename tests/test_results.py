@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from course import results as tables
+from course.numbers import agrees, parse_number
 from utils import results
 from utils.settings import Run
 from utils.show import SHOW_CALL
@@ -167,24 +168,6 @@ NOT_PRINTED: dict[str, set[str]] = {
 }
 # The cell that builds a notebook's record: it assigns or updates `metrics`, or saves it.
 RECORD_CELL = re.compile(r"^metrics\b\s*(?:=|\|=|\[|\.update)|save_results\(", re.M)
-
-
-def parse_number(token: str) -> tuple[float, float, int]:
-    """A printed number -> (value, half a unit in its last printed digit, significant digits
-    printed: 2 for "0.24", 1 for "0.07" and "3"; a printed zero counts its decimals, 2 for "0.00")."""
-    percent = token.endswith("%")
-    mantissa, _, exponent = token.rstrip("%").replace(",", "").lower().partition("e")
-    whole, _, decimals = mantissa.lstrip("+-").partition(".")
-    scale = (0.01 if percent else 1.0) * 10.0 ** int(exponent or 0)
-    significant = (whole + decimals).lstrip("0")  # from the first non-zero digit: "0.07" has 1
-    digits = len(significant) if significant else max(len(decimals), 1)  # "0.00": a zero to 2 places
-    return float(mantissa) * scale, 0.5 * 10.0 ** -len(decimals) * scale, digits
-
-
-def agrees(value: float, token: str) -> bool:
-    """Does `value`, rounded as `token` was printed, give `token`?"""
-    x, tol, _ = parse_number(token)
-    return abs(value - x) <= tol * (1 + 1e-9) + 1e-12 * abs(x)
 
 
 def _cell_text(cell: dict) -> str:
