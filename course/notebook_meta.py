@@ -22,24 +22,35 @@ run it after re-running a notebook:
 
 `solutions`, `slides`, `site`, `runtime` and `kernel` do one step each (the first two split cells first);
 `check` lists what `apply` would change and exits 1 if anything; `student [--out DIR]`
-writes the student edition: copies whose solutions are placeholders without outputs.
+writes the student edition: copies whose solutions are placeholders without outputs, whose
+Colab badge opens the student edition; `student --branch` commits it to the branch `student`
+(the badge's target; then `git push origin student`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.notebooks import SETUP_MARKER  # first line of the Colab setup cell
+from course.notebooks import (  # SETUP_MARKER: the setup cell's first line
+    BRANCH,
+    SETUP_MARKER,
+    STUDENT_BRANCH,
+    colab_url,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
 RESULTS = NOTEBOOKS / "results"
+COLAB_LINK = re.compile(r"\]\(https://colab\.research\.google\.com/github/[^)]*\)")  # the badge's target
 STUDENT_DIR = REPO_ROOT / "build" / "student"
 SOLUTION_TAG = "solution"
 
@@ -375,6 +386,13 @@ def student_edition(nb, name: str) -> dict:
                 new["metadata"] = {"tags": [SOLUTION_TAG], "slideshow": {"slide_type": "-"}}
             cells += [prompt, code]
     nb["cells"] = cells
+    title = next((c for c in nb["cells"] if c["cell_type"] == "markdown"), None)
+    if title is not None:  # its Colab badge opens the student edition, and it says what it is
+        source = "".join(title["source"])
+        source, n = COLAB_LINK.subn(f"]({colab_url(name + '.ipynb', STUDENT_BRANCH)})", source)
+        title["source"] = source + (
+            f"\n\n*Student edition: the exercises' solutions are left for you. The notebook with "
+            f"worked solutions: `notebooks/{name}.ipynb` on the `{BRANCH}` branch, and the course website.*")
     return nb
 
 
@@ -388,6 +406,38 @@ def write_student_edition(paths: list[Path], out: Path = STUDENT_DIR) -> list[Pa
         nbformat.write(nb, out / path.name)
         written.append(out / path.name)
     return written
+
+
+def publish_student_branch(paths: list[Path], repo: Path = REPO_ROOT, branch: str = STUDENT_BRANCH) -> str:
+    """Commit the student edition of `paths` to `branch` of the git repository `repo`, without
+    touching its working tree or index: the tree of HEAD with each notebook replaced by its
+    student edition, one commit on top of the branch's last (if any). Returns the commit id;
+    publish it with `git push origin student`."""
+    import nbformat
+
+    def git(*args: str, env: dict | None = None, data: str | None = None) -> str:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, input=data,
+                              env={**os.environ, **(env or {})})
+        if done.returncode:
+            raise SystemExit(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    head = git("rev-parse", "HEAD")
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}  # a private index: the user's stays as it is
+        git("read-tree", head, env=env)
+        for path in paths:
+            text = nbformat.writes(student_edition(nbformat.read(path, as_version=4), path.stem)) + "\n"
+            blob = git("hash-object", "-w", "--stdin", data=text)
+            rel = Path(path).resolve().relative_to(Path(repo).resolve()).as_posix()
+            git("update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=env)
+        tree = git("write-tree", env=env)
+    parent = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
+                            capture_output=True, text=True).stdout.strip()
+    commit = git("commit-tree", tree, *(["-p", parent] if parent else []),
+                 "-m", f"Student edition of {head[:12]}: solutions blanked (python -m course student --branch)")
+    git("update-ref", f"refs/heads/{branch}", commit)
+    return commit
 
 
 def notebook_paths(names: list[str]) -> list[Path]:
@@ -407,14 +457,21 @@ def notebook_paths(names: list[str]) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     usage = ("usage: python -m course meta {apply|solutions|slides|site|runtime|kernel|check} [NB ...]\n"
-             "       python -m course student [--out DIR] [NB ...]")
+             "       python -m course student [--out DIR | --branch] [NB ...]")
     if argv[:1] == ["student"]:
-        usage = "usage: python -m course student [--out DIR] [NB ...]  (solutions blanked, to build/student/)"
+        usage = ("usage: python -m course student [--out DIR | --branch] [NB ...]  (solutions blanked, to "
+                 "build/student/, or committed to the branch 'student' for its Colab badges)")
     if not argv or argv[0] not in (*STEPS, "apply", "check", "student") or {"-h", "--help"} & set(argv):
         print(usage + "\n\n" + __doc__)
         return 0 if {"-h", "--help"} & set(argv) else 2
     command, names = argv[0], argv[1:]
     if command == "student":
+        if names[:1] == ["--branch"]:
+            paths = notebook_paths(names[1:])
+            commit = publish_student_branch(paths)
+            print(f"student edition: {len(paths)} notebooks committed to the branch '{STUDENT_BRANCH}' "
+                  f"({commit[:12]}); publish it with: git push origin {STUDENT_BRANCH}")
+            return 0
         out = STUDENT_DIR
         if names[:1] == ["--out"]:
             out, names = Path(names[1]), names[2:]

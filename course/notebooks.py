@@ -32,6 +32,9 @@ from pathlib import Path
 # A fork changes these two lines, then runs `python -m course sync` and commits.
 REPO_URL = "https://github.com/sequence-models-course/sequence-models"
 BRANCH = "main"
+# The student edition (solutions blanked) is published on its own branch, `python -m course
+# student --branch`, so its Colab badge opens it: the same paths, on this branch.
+STUDENT_BRANCH = "student"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -58,9 +61,9 @@ GPU_NOTE = ("On a GPU runtime, notebooks that train on the GPU run many times fa
             "30 min. Cells with a time budget take as long on any device.")
 
 
-def colab_url(notebook: str) -> str:
+def colab_url(notebook: str, branch: str = BRANCH) -> str:
     path = REPO_URL.removeprefix("https://github.com/")
-    return f"https://colab.research.google.com/github/{path}/blob/{BRANCH}/notebooks/{notebook}"
+    return f"https://colab.research.google.com/github/{path}/blob/{branch}/notebooks/{notebook}"
 
 
 def colab_badge(notebook: str) -> str:

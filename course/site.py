@@ -33,8 +33,14 @@ from pathlib import Path
 
 from docutils import nodes
 
-from course.notebook_meta import SOLUTION_TAG, duration, find_exercises, notebook_paths
-from course.notebooks import colab_url
+from course.notebook_meta import (
+    SOLUTION_TAG,
+    duration,
+    find_exercises,
+    notebook_paths,
+    write_student_edition,
+)
+from course.notebooks import STUDENT_BRANCH, colab_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SITE_DIR = REPO_ROOT / "site"  # Sphinx configuration, CSS, the slide template
@@ -77,8 +83,11 @@ def definition_name(obj, member: str | None = None) -> str:
 
 def _offline_badge(source: str, name: str) -> str:
     """The Colab badge is an image on another host: the site shows plain links instead."""
+    student = colab_url(name + ".ipynb", STUDENT_BRANCH)  # solutions blanked: `python -m course student`
     links = (f'<a class="course-button" href="{{url}}">Open in Colab</a> '
-             f'<a class="course-button" href="../slides/{name}.slides.html">Slides</a>')
+             f'<a class="course-button" href="../slides/{name}.slides.html">Slides</a> '
+             f'<a class="course-button" href="{student}">Student edition in Colab</a> '
+             f'<a class="course-button" href="../student/{name}.ipynb" download>Student edition (.ipynb)</a>')
     new, n = COLAB_BADGE.subn(lambda m: links.format(url=m.group(1)), source)
     return new if n else f'{source}\n\n{links.format(url=colab_url(name + ".ipynb"))}'
 
@@ -479,6 +488,7 @@ def build(out: Path = OUT, quiet: bool = True) -> float:
     if build_main((["-q"] if quiet else []) + args):
         raise SystemExit("sphinx-build failed (see above)")
     build_slides(paths, out / "slides")
+    write_student_edition(paths, out / "student")  # the pages' download links
     (out / "results").mkdir(exist_ok=True)
     for result in [*RESULTS.glob("*.json"), *RESULTS.glob("gpu/*.json")]:
         target = out / "results" / result.relative_to(RESULTS)

@@ -1,5 +1,6 @@
 """Manual BPTT (utils.bptt) against autograd, and the truncated-BPTT stream helpers."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -142,3 +143,21 @@ def test_stream_loss_keeps_the_model_mode(training):
     model = CharLM(vocab_size=5, hidden_size=4).train(training)
     stream_loss(model, torch.randint(0, 5, (2, 12)), k=4)
     assert model.training is training
+
+
+def test_char_nll_carried_and_reset_average_to_the_training_losses():
+    """Per-character NLL (for paired comparisons with a count model) equals, averaged over the
+    positions it scores, the carried stream loss and the validation loss of the windows."""
+    from utils.bptt import char_nll, make_streams
+    from utils.rnn import lm_step
+    from utils.train import evaluate
+
+    torch.manual_seed(0)
+    model = CharLM(vocab_size=7, hidden_size=6)
+    ids = torch.randint(0, 7, (1_000,))
+    carried = char_nll(model, ids, seq_len=10, carried=True, streams=4)
+    assert np.isnan(carried[[0, 250, 500, 750]]).all() and np.isfinite(carried).sum() == 4 * 249
+    assert np.nanmean(carried) == pytest.approx(stream_loss(model, make_streams(ids, 4), k=10), rel=1e-6)
+    reset = char_nll(model, ids, seq_len=10, carried=False)
+    loss = evaluate(model, make_lm_loader(ids, 10, 256, shuffle=False), lm_step)["loss"]
+    assert np.isnan(reset[0]) and np.nanmean(reset) == pytest.approx(loss, rel=1e-6)

@@ -147,3 +147,49 @@ def test_keep_or_drop_on_a_synthetic_rung_matches_the_inline_ladder_step():
 def test_keep_or_drop_rejects_bad_inputs(gains, interval, ratio, simpler, match):
     with pytest.raises(ValueError, match=match):
         keep_or_drop(gains, interval, ratio, simpler)
+
+
+# ---------------------------------------------------------------------------- notebook 03's gap, cell 61 (2026-12-06)
+def rnn_gap_03(rnn_nll, bar_nll, scored):
+    """Notebook 03's inline rule: chunks of the scored positions (20 and 100, the wider), paired
+    chunk means, and a t interval over each seed's own difference, combined in quadrature."""
+    T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
+    by_chunks = []
+    for n_chunks in (20, 100):
+        chunks = np.array_split(np.flatnonzero(scored), n_chunks)
+        rnn = np.array([[seed_nll[c].mean() for c in chunks] for seed_nll in rnn_nll])
+        bar = np.array([bar_nll[c].mean() for c in chunks])
+        by_chunks.append((*paired_difference(rnn, bar), (rnn - bar).mean(1)))
+    d, w_text, per_seed = max(by_chunks, key=lambda g: g[1])
+    w_seeds = T_975[len(per_seed) - 1] * per_seed.std(ddof=1) / math.sqrt(len(per_seed))
+    return d, math.hypot(w_text, w_seeds), w_text, w_seeds
+
+
+@pytest.mark.parametrize("seeds", [2, 3, 4])
+def test_gap_over_text_and_seeds_is_notebook_03s_rule(seeds):
+    from utils.compare import gap_over_text_and_seeds
+
+    rng = np.random.default_rng(seeds)
+    n = 5_000
+    bar = rng.gamma(2.0, 0.8, n)
+    rnn = bar + 0.05 + rng.normal(0, 0.3, (seeds, n)) + rng.normal(0, 0.01, (seeds, 1))
+    scored = rng.random(n) > 0.05
+    gap = gap_over_text_and_seeds(rnn[:, scored], bar[scored])
+    np.testing.assert_allclose(gap[:4], rnn_gap_03(rnn, bar, scored), rtol=2e-3)  # the table's t: 3 decimals
+    np.testing.assert_allclose(gap.per_seed, (rnn[:, scored] - bar[scored]).mean(1))
+
+
+def test_gap_over_text_and_seeds_takes_a_given_seed_half_width_and_rejects_bad_input():
+    from utils.compare import gap_over_text_and_seeds, t_quantile
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1.0, 0.2, (1, 400)), rng.normal(1.0, 0.2, 400)
+    gap = gap_over_text_and_seeds(a, b, seeds_half_width=0.03)
+    assert gap.seeds == 0.03 and gap.half_width == pytest.approx(math.hypot(gap.text, 0.03))
+    with pytest.raises(ValueError, match="one seed"):
+        gap_over_text_and_seeds(a, b)
+    with pytest.raises(ValueError, match="same N"):
+        gap_over_text_and_seeds(a, b[:-1])
+    with pytest.raises(ValueError, match="NaN"):
+        gap_over_text_and_seeds(np.r_[a[0, :-1], np.nan][None], b, seeds_half_width=0.0)
+    assert t_quantile(2) == pytest.approx(4.303, abs=1e-3) and t_quantile(3) == pytest.approx(3.182, abs=1e-3)

@@ -238,3 +238,88 @@ def test_raw_lower_orders_the_ablation_are_normalised_and_count_like_ngram_lm(di
         assert model.next_distribution(ctx).sum() == pytest.approx(1.0, abs=1e-12)
     with_cont = KneserNeyLM(3, 8, discounts=discounts).fit(ids)
     assert not np.allclose(with_cont.probs(ids[:50]), model.probs(ids[:50]))
+
+
+def all_distributions(model, ids):
+    """(contexts, V) next-token distributions for every context of `ids`, plus one never seen."""
+    keys = model._keys(np.asarray(ids))
+    contexts = np.r_[np.unique(keys // model.V), model.V ** (model.order - 1) - 1]  # + an unseen one
+    grid = (contexts[:, None] * model.V + np.arange(model.V)[None, :]).ravel()
+    return model._probs_of_keys(grid).reshape(len(contexts), model.V)
+
+
+@pytest.mark.parametrize("size", ["n-grams", "numbers read"])
+@pytest.mark.parametrize("discounts", ["plain", "modified"])
+def test_pruned_models_hit_the_size_and_stay_normalised(size, discounts):
+    ids, V = char_ids(TEXT)
+    full = KneserNeyLM(4, V, discounts=discounts).fit(ids)
+    measure = {"n-grams": lambda m: m.n_grams, "numbers read": lambda m: m.numbers_read}[size]
+    for target in (measure(full) - 1, measure(full) // 2, measure(full) // 5):
+        pruned = full.pruned(target, size)
+        assert target - 2 <= measure(pruned) <= target  # exact up to one context's two numbers
+        p = all_distributions(pruned, ids)
+        np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-12)
+        assert (p > 0).all()
+    assert len(pruned.tables[0][0]) == len(full.tables[0][0])  # the unigrams are never pruned
+
+
+def test_pruning_nothing_changes_nothing_and_the_rarest_highest_go_first():
+    ids, V = char_ids(TEXT)
+    full = KneserNeyLM(3, V).fit(ids)
+    same = full.pruned(full.n_grams)
+    np.testing.assert_array_equal(same.probs(ids), full.probs(ids))
+    one_less = full.pruned(full.n_grams - 1)
+    (gone,) = np.setdiff1d(full.tables[2][0], one_less.tables[2][0])  # an order-3 n-gram went
+    assert full.tables[2][1][np.searchsorted(full.tables[2][0], gone)] == 1  # seen once
+    assert all(len(a[0]) == len(b[0]) for a, b in zip(full.tables[:2], one_less.tables[:2]))
+
+
+def test_a_removed_ngram_is_predicted_through_its_context_by_hand():
+    full = KneserNeyLM(2, vocab_size=8, discounts="plain").fit(STREAM)
+    grams, counts, d, ctxs, c_h, gamma = full.tables[1]
+    pruned = full.pruned(full.n_grams - 1)
+    (gone,) = np.setdiff1d(grams, pruned.tables[1][0])
+    h, w = divmod(int(gone), 8)
+    i, j = np.searchsorted(grams, gone), np.searchsorted(ctxs, h)
+    lower = full.tables[0]  # P_1(w): continuation counts, interpolated with the uniform
+    n1 = lower[1][np.searchsorted(lower[0], w)]  # w's continuation count (w was seen)
+    p1 = (max(n1 - lower[2][min(n1, 3)], 0) + lower[5][0] / 8) / lower[4][0]
+    expected = (gamma[j] + counts[i] - d[min(counts[i], 3)]) * p1 / c_h[j]
+    np.testing.assert_allclose(pruned.probs(np.array([h, w]))[1], expected)
+
+
+def test_choose_order_prunes_every_candidate_to_the_size():
+    ids, V = char_ids(TEXT * 3)
+    model, ppl = KneserNeyLM.choose_order(ids, [2, 3, 4], V, prune_to=(1500, "numbers read"))
+    assert set(ppl) == {2, 3, 4} and model.order == min(ppl, key=ppl.get)
+    assert model.numbers_read <= 1500
+
+
+def test_pruning_bad_requests_raise():
+    ids, V = char_ids(TEXT)
+    model = KneserNeyLM(3, V).fit(ids)
+    with pytest.raises(ValueError, match="size must be"):
+        model.pruned(100, "bytes")
+    with pytest.raises(ValueError, match="below the unigram"):
+        model.pruned(5)
+    with pytest.raises(ValueError, match="call fit"):
+        KneserNeyLM(3, V).pruned(100)
+
+
+def test_pruning_cuts_on_raw_occurrences_and_keeps_every_kept_ngrams_suffix():
+    """One cutoff for all orders on how often an n-gram occurs in the text (not on the
+    continuation count the lower orders store), so a kept n-gram's shorter suffixes are kept too."""
+    ids, V = char_ids(TEXT)
+    full = KneserNeyLM(4, V).fit(ids)
+    padded = np.r_[[2] * 3, ids]
+    occurs = {}  # (order, key) -> occurrences in the padded text
+    for m in (2, 3, 4):
+        for g, c in Counter(tuple(padded[i + 4 - m:i + 4]) for i in range(len(ids))).items():
+            occurs[m, sum(int(s) * V ** (m - 1 - j) for j, s in enumerate(g))] = c
+    for target in (full.n_grams // 2, full.n_grams // 4):
+        pruned = full.pruned(target)
+        for m in (2, 3):  # every kept (m+1)-gram's last m symbols are a kept m-gram
+            assert np.isin(pruned.tables[m][0] % V ** m, pruned.tables[m - 1][0]).all()
+        kept = {(m, int(k)) for m in (2, 3, 4) for k in pruned.tables[m - 1][0]}
+        assert kept <= set(occurs)
+        assert max(c for g, c in occurs.items() if g not in kept) <= min(occurs[g] for g in kept)

@@ -207,6 +207,46 @@ def test_student_edition_command_writes_every_notebook(tmp_path):
         assert solutions and all(c.cell_type == "markdown" or not c.outputs for c in solutions)
 
 
+def test_the_student_editions_colab_badge_opens_the_student_edition():
+    from course.notebooks import STUDENT_BRANCH, colab_url
+
+    nb = _read(NOTEBOOKS[0])
+    student = meta.student_edition(nb, NOTEBOOKS[0].stem)
+    title = student.cells[0].source
+    assert f"]({colab_url(NOTEBOOKS[0].name, STUDENT_BRANCH)})" in title and "/blob/main/" not in title
+    assert "Student edition" in title and nb.cells[0].source in title.replace(STUDENT_BRANCH, "main")
+
+
+def test_publishing_the_student_branch_leaves_the_working_tree_and_index_alone(tmp_path, monkeypatch):
+    """`python -m course student --branch`: the Colab badges point at this branch."""
+    import shutil
+    import subprocess
+
+    for key in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{key}_NAME", "t")
+        monkeypatch.setenv(f"GIT_{key}_EMAIL", "t@t")
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    (tmp_path / "notebooks").mkdir()
+    source = tmp_path / "notebooks" / NOTEBOOKS[0].name
+    shutil.copy(NOTEBOOKS[0], source)
+    git("init", "-q", "-b", "main")
+    git("add", ".")
+    git("commit", "-qm", "course")
+    before = (source.read_bytes(), git("status", "--porcelain"), git("rev-parse", "HEAD"))
+    first = meta.publish_student_branch([source], repo=tmp_path)
+    second = meta.publish_student_branch([source], repo=tmp_path)
+    assert (source.read_bytes(), git("status", "--porcelain"), git("rev-parse", "HEAD")) == before
+    assert git("rev-parse", "student") == second and git("rev-parse", "student^") == first
+    published = nbformat.reads(git("show", f"student:notebooks/{source.name}"), as_version=4)
+    assert "Student edition" in published.cells[0].source
+    solutions = [c for c in published.cells if meta.SOLUTION_TAG in c.metadata.get("tags", [])]
+    assert solutions and all(c.cell_type == "markdown" or not c.outputs for c in solutions)
+
+
 def test_executing_a_notebook_keeps_its_metadata(tmp_path):
     """`python -m course run` re-executes notebooks; tags, slide types and collapsed
     cells must survive it (only the per-cell timing metadata is dropped)."""

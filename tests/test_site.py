@@ -128,6 +128,8 @@ def test_notebook_pages_link_slides_solutions_and_api(site, pages):
         page = site / "notebooks" / f"{nb_path.stem}.html"
         text = page.read_text(encoding="utf-8")
         assert f"../slides/{nb_path.stem}.slides.html" in pages[page].links
+        assert f"../student/{nb_path.name}" in pages[page].links  # the student edition, downloadable
+        assert any("/blob/student/notebooks/" in url for url in pages[page].links)  # and in Colab
         nb = nbformat.read(nb_path, as_version=4)
         ex = find_exercises(nb.cells)
         toggles = text.count('<details class="solution">')

@@ -23,14 +23,16 @@ flow back at most k steps; `position_loss` shows how much context a trained mode
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.rnn import clip_grad_norm, detach_state
+from utils.rnn import clip_grad_norm, detach_state, make_lm_loader
 from utils.train import fit
 
 ACTIVATIONS = ("identity", "tanh")
@@ -193,6 +195,35 @@ def saved_activation_bytes(fn: Callable[[], object], exclude: list[torch.Tensor]
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(seen.values())
+
+
+@torch.no_grad()
+def char_nll(model: nn.Module, ids: torch.Tensor, seq_len: int, carried: bool, streams: int = 32) -> np.ndarray:
+    """NLL in nats of each token of `ids` (N,) as a language model scores it, NaN where it predicts
+    none: the same positions a count model can be scored on, for paired comparisons.
+
+    carried=False: windows of `seq_len` from a zero state (the validation loss of training), so
+    ids[1:] up to the last full window are scored. carried=True: `streams` equal rows carrying the
+    state across windows (`stream_loss`): the first token of each row and the tail that does not
+    fill the rows are not scored.
+    """
+    was_training, device = model.training, next(model.parameters()).device
+    nll = torch.full((len(ids),), math.nan, dtype=torch.float64)  # (N,)
+    model.eval()
+    if carried:
+        rows = make_streams(ids, batch_size=streams).to(device)  # (B, S): row b is ids[b*S:(b+1)*S]
+        h, parts = None, []
+        for x, y in stream_windows(rows, seq_len):  # (B, k) each; h carries across windows
+            logits, h = model(x, h)  # (B, k, V)
+            parts.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none"))  # (B, k)
+        nll[: rows.numel()].view(rows.shape)[:, 1:] = torch.cat(parts, dim=1).cpu().double()
+    else:
+        parts = [F.cross_entropy(model(x.to(device))[0].transpose(1, 2), y.to(device), reduction="none").flatten()
+                 for x, y in make_lm_loader(ids, seq_len, 256, shuffle=False)]  # windows in text order
+        flat = torch.cat(parts).cpu().double()  # targets ids[1], ids[2], ...
+        nll[1: len(flat) + 1] = flat
+    model.train(was_training)
+    return nll.numpy()
 
 
 @torch.no_grad()

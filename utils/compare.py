@@ -8,8 +8,9 @@ choose_rate) and `utils.ngram` (the held-out choice of k).
 
 The decision rules of the notebooks, each said once: `verdict` (a headline a - b from its
 interval), `binomial_half_width` (one accuracy's 95% sampling interval), `paired_bootstrap`
-(notebook 09's interval for a seed-averaged gain, resampling the validation examples) and
-`keep_or_drop` (notebook 09's ladder rule). The per-example paired interval is
+(notebook 09's interval for a seed-averaged gain, resampling the validation examples),
+`gap_over_text_and_seeds` (a language model against another, per position, over held-out text
+and seeds: notebooks 03 and 05) and `keep_or_drop` (notebook 09's ladder rule). The per-example paired interval is
 `utils.metrics.paired_difference`.
 """
 
@@ -122,3 +123,53 @@ def keep_or_drop(gains, interval: tuple[float, float], macs_ratio: float, simple
     if abs(macs_ratio - 1) > tolerance:  # a tie: the cheaper model, counted, not timed
         return Decision(True, "kept: tie, cheaper") if macs_ratio < 1 else Decision(False, "dropped: tie, dearer")
     return Decision(True, "kept: tie, simpler") if simpler == "change" else Decision(False, "dropped: tie, not simpler")
+
+
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """Student's t quantile for a two-sided `level` interval with `df` degrees of freedom."""
+    from scipy import stats  # installed with scikit-learn
+
+    if df < 1:
+        raise ValueError(f"need at least one degree of freedom (two seeds), got {df}")
+    return float(stats.t.ppf(0.5 + level / 2, df))
+
+
+class Gap(NamedTuple):
+    """A - B in mean NLL per position and its 95% half-width, with the two parts it combines."""
+    diff: float
+    half_width: float
+    text: float  # which stretch of text was held out
+    seeds: float  # which seeds trained A (and B)
+    per_seed: np.ndarray  # (k,) each seed of A's own difference
+
+
+def gap_over_text_and_seeds(nll_a, nll_b, seeds_half_width: float | None = None,
+                            chunk_counts: tuple[int, ...] = (20, 100)) -> Gap:
+    """Model A minus model B, mean NLL over the same scored positions, with an interval over both
+    sources of randomness.
+
+    nll_a: (k, N), one row per seed of A; nll_b: (N,), a model without seeds (a count model) or
+    the mean over B's seeds. Text: the N positions are cut into contiguous chunks and the chunk
+    means paired (`utils.metrics.paired_difference`); neighbouring chunks are not independent, so
+    the widest half-width over `chunk_counts` is kept. Seeds: t_{k-1} s / sqrt(k) over each seed's
+    own mean difference (s the sample sd, ddof = 1), or `seeds_half_width` when given (a pooled
+    one, or one that covers B's seeds too). The two are combined as independent errors:
+    half-width = sqrt(text^2 + seeds^2).
+    """
+    from utils.metrics import paired_difference
+
+    a, b = np.asarray(nll_a, dtype=float), np.asarray(nll_b, dtype=float)
+    if a.ndim != 2 or b.shape != a.shape[1:] or a.shape[1] < 2 * max(chunk_counts):
+        raise ValueError(f"need nll_a (seeds, N) and nll_b (N,) on the same N >= {2 * max(chunk_counts)} "
+                         f"positions, got {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("NaN or inf in the NLLs: pass only the positions every model scores")
+    per_seed = (a - b).mean(1)  # (k,)
+    diff, text = max((paired_difference(np.stack([c.mean(1) for c in np.array_split(a, n, axis=1)], axis=1),
+                                        np.array([c.mean() for c in np.array_split(b, n)]))
+                      for n in chunk_counts), key=lambda g: g[1])
+    if seeds_half_width is None and len(per_seed) < 2:
+        raise ValueError("one seed has no spread: give seeds_half_width (e.g. one pooled over other runs)")
+    if seeds_half_width is None:
+        seeds_half_width = t_quantile(len(per_seed) - 1) * per_seed.std(ddof=1) / math.sqrt(len(per_seed))
+    return Gap(diff, math.hypot(text, seeds_half_width), text, seeds_half_width, per_seed)

@@ -10,6 +10,11 @@ ever allocated, so word-level trigrams over a 6k-word vocabulary fit in a few MB
 The sequence is treated as one stream; n-1 copies of `bos_id` are put in front of it
 (when fitting and when scoring), so every token is predicted and models of different
 orders are scored on exactly the same tokens.
+
+`InterpolatedNGramLM` mixes add-k models of orders 1..n; `KneserNeyLM` is interpolated
+Kneser-Ney (plain or modified discounts), the strongest count model of the course, with
+`pruned` to fit it into a size budget (count cutoffs) and `choose_order` to pick its order on
+held-out training text.
 """
 
 from __future__ import annotations
@@ -174,6 +179,11 @@ class InterpolatedNGramLM:
         return math.exp(-np.log(self.probs(ids)).mean())
 
 
+def _runs(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start index of each run of equal values in a sorted array (for np.add.reduceat)."""
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) if len(sorted_keys) else sorted_keys
+
+
 def _kn_discounts(counts: np.ndarray, modified: bool) -> np.ndarray:
     """[0, D1, D2, D3+] from one order's counts-of-counts n_r (Chen & Goodman 1998, modified KN):
 
@@ -261,6 +271,71 @@ class KneserNeyLM:
         """Entries in all the n-gram tables together (orders 1..n), for comparing table sizes."""
         return sum(len(t[0]) for t in self.tables) if self.tables is not None else 0
 
+    @property
+    def numbers_read(self) -> int:
+        """Every number the tables hold for lookups: per order, one count per n-gram and two per
+        context (its total c(h) and back-off numerator). Keys and discounts are not counted."""
+        return sum(len(t[0]) + 2 * len(t[3]) for t in self.tables) if self.tables is not None else 0
+
+    def pruned(self, max_size: int, size: str = "n-grams") -> KneserNeyLM:
+        """A copy with the rarest n-grams of orders >= 2 removed until its size (`"n-grams"` or
+        `"numbers read"`) is at most `max_size`: one count cutoff for all orders, on how often
+        each n-gram occurs in the text (its raw count, also where the table stores a continuation
+        count), made exact by a partial cut at the last count: the highest order first, then the
+        lowest stored count, then a seeded shuffle (never the keys' order, which would remove the
+        n-grams of the first symbols). A suffix occurs at least as often as the n-gram, so a kept
+        n-gram keeps its shorter suffixes.
+
+        A removed n-gram's discounted count c - D(c) moves into its context's back-off
+        numerator, so it is predicted through the shorter context and every distribution still
+        sums to one; a context left with no n-gram passes the lower order through (the same
+        numbers), so it is dropped. The lower orders keep their continuation counts from the
+        unpruned text."""
+        if self.tables is None:
+            raise ValueError("call fit(ids) before pruning")
+        if size not in ("n-grams", "numbers read"):
+            raise ValueError(f"size must be 'n-grams' or 'numbers read', got {size!r}")
+        high = self.tables[1:]  # orders 2..n: the prunable ones
+        raw = [self.tables[-1][1]]  # occurrences in the text: the top order's counts are raw
+        for m in range(len(self.tables) - 1, 1, -1):  # order m: sum over the (m+1)-grams ending in it
+            _, inverse = np.unique(self.tables[m][0] % self.V ** m, return_inverse=True)
+            raw.insert(0, np.bincount(inverse, weights=raw[0]).astype(np.int64))
+        order_of = np.concatenate([np.full(len(t[0]), m) for m, t in enumerate(high)]).astype(np.int64)
+        stored = np.concatenate([t[1] for t in high]) if high else np.zeros(0, dtype=np.int64)
+        occurs = np.concatenate(raw) if high else np.zeros(0, dtype=np.int64)
+        shuffle = np.random.default_rng(0).permutation(len(occurs))  # the last tie-break, not the keys
+        rank = np.empty(len(occurs), dtype=np.int64)  # removal rank: rarest first, higher order first
+        rank[np.lexsort((shuffle, stored, -order_of, occurs))] = np.arange(len(occurs))
+        bounds = np.cumsum([0] + [len(t[0]) for t in high])
+
+        def keeps(r: int) -> list[np.ndarray]:  # per high order: which n-grams survive r removals
+            return [rank[bounds[m]:bounds[m + 1]] >= r for m in range(len(high))]
+
+        def size_after(r: int) -> int:
+            kept = keeps(r)
+            total = len(self.tables[0][0]) + sum(int(k.sum()) for k in kept)
+            if size == "numbers read":  # two numbers per context that keeps an n-gram
+                total += 2 * len(self.tables[0][3]) + 2 * sum(
+                    int((np.add.reduceat(k, _runs(t[0] // self.V)) > 0).sum()) for k, t in zip(kept, high) if len(k))
+            return total
+
+        lo, hi = 0, len(occurs)  # the fewest removals that fit: size_after falls as r grows
+        if size_after(hi) > max_size:
+            raise ValueError(f"max_size {max_size:,} is below the unigram table's size ({size_after(hi):,}): "
+                             "even an order-1 model does not fit; give a larger max_size")
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if size_after(mid) <= max_size else (mid + 1, hi)
+        out = KneserNeyLM(self.order, self.V, self.discounts, self.bos_id, self.continuation)
+        out.discounts_ = self.discounts_
+        out.tables = [self.tables[0]]
+        for keep, (grams, cnt, d, ctxs, c_h, gamma_num) in zip(keeps(lo), high):
+            start = _runs(grams // self.V)  # each context's n-grams form one run (grams sorted)
+            moved = np.add.reduceat(np.where(keep, 0.0, cnt - d[np.minimum(cnt, 3)]), start) if len(start) else 0
+            alive = (np.add.reduceat(keep, start) > 0) if len(start) else np.zeros(0, bool)
+            out.tables.append((grams[keep], cnt[keep], d, ctxs[alive], c_h[alive], (gamma_num + moved)[alive]))
+        return out
+
     def _probs_of_keys(self, keys: np.ndarray) -> np.ndarray:
         if self.tables is None:
             raise ValueError("call fit(ids) before asking for probabilities")
@@ -279,13 +354,20 @@ class KneserNeyLM:
 
     @classmethod
     def choose_order(cls, ids: Sequence[int] | np.ndarray, orders: Sequence[int], vocab_size: int,
-                     held_out: float = 0.1, **kw) -> tuple[KneserNeyLM, dict[int, float]]:
+                     held_out: float = 0.1, prune_to: tuple[int, str] | None = None,
+                     **kw) -> tuple[KneserNeyLM, dict[int, float]]:
         """Fit each order on the first 1 - held_out of the TRAINING ids, score the rest, and refit
-        the order of lowest held-out perplexity on all ids: (that model, {order: held-out PPL})."""
+        the order of lowest held-out perplexity on all ids: (that model, {order: held-out PPL}).
+        `prune_to=(max_size, size)`: every model is pruned to that size (see `pruned`) first."""
         if not orders or not 0 < held_out < 1:
             raise ValueError(f"need orders and 0 < held_out < 1, got {orders}, {held_out}")
         ids = _as_ids(ids, vocab_size)
         cut = int(len(ids) * (1 - held_out))
-        ppl = {n: cls(n, vocab_size, **kw).fit(ids[:cut]).perplexity(ids[cut:]) for n in orders}
+
+        def fitted(n: int, part: np.ndarray) -> KneserNeyLM:
+            model = cls(n, vocab_size, **kw).fit(part)
+            return model.pruned(*prune_to) if prune_to else model
+
+        ppl = {n: fitted(n, ids[:cut]).perplexity(ids[cut:]) for n in orders}
         best = min(ppl, key=lambda n: (math.isnan(ppl[n]), ppl[n]))  # NaN never wins
-        return cls(best, vocab_size, **kw).fit(ids), ppl
+        return fitted(best, ids), ppl
