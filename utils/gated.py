@@ -302,7 +302,7 @@ def init_keep_gate_(rnn: nn.Module, forget_bias: float | str | None = "open") ->
     "open" (the default everywhere from notebook 04 on): gated layers (LSTM, GRU) get
     `OPEN_GATE_BIAS` through `open_gates_`; a plain `nn.RNN` has no gate and is left alone.
     A number: that bias (gated layers only). None: torch's own init (gates near 0.5), kept as
-    the cautionary baseline of notebooks 04 and 05.
+    the cautionary baseline of notebook 04 (and exercise 3 of notebook 05).
     """
     gated = isinstance(rnn, (nn.LSTM, nn.GRU))
     if forget_bias == "open":
