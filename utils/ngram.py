@@ -307,6 +307,7 @@ class KneserNeyLM:
         rank = np.empty(len(occurs), dtype=np.int64)  # removal rank: rarest first, higher order first
         rank[np.lexsort((shuffle, stored, -order_of, occurs))] = np.arange(len(occurs))
         bounds = np.cumsum([0] + [len(t[0]) for t in high])
+        starts = [_runs(t[0] // self.V) for t in high]  # each context's n-grams form one run (grams sorted)
 
         def keeps(r: int) -> list[np.ndarray]:  # per high order: which n-grams survive r removals
             return [rank[bounds[m]:bounds[m + 1]] >= r for m in range(len(high))]
@@ -316,7 +317,7 @@ class KneserNeyLM:
             total = len(self.tables[0][0]) + sum(int(k.sum()) for k in kept)
             if size == "numbers read":  # two numbers per context that keeps an n-gram
                 total += 2 * len(self.tables[0][3]) + 2 * sum(
-                    int((np.add.reduceat(k, _runs(t[0] // self.V)) > 0).sum()) for k, t in zip(kept, high) if len(k))
+                    int((np.add.reduceat(k, start) > 0).sum()) for k, start in zip(kept, starts) if len(k))
             return total
 
         lo, hi = 0, len(occurs)  # the fewest removals that fit: size_after falls as r grows
@@ -329,8 +330,7 @@ class KneserNeyLM:
         out = KneserNeyLM(self.order, self.V, self.discounts, self.bos_id, self.continuation)
         out.discounts_ = self.discounts_
         out.tables = [self.tables[0]]
-        for keep, (grams, cnt, d, ctxs, c_h, gamma_num) in zip(keeps(lo), high):
-            start = _runs(grams // self.V)  # each context's n-grams form one run (grams sorted)
+        for keep, start, (grams, cnt, d, ctxs, c_h, gamma_num) in zip(keeps(lo), starts, high):
             moved = np.add.reduceat(np.where(keep, 0.0, cnt - d[np.minimum(cnt, 3)]), start) if len(start) else 0
             alive = (np.add.reduceat(keep, start) > 0) if len(start) else np.zeros(0, bool)
             out.tables.append((grams[keep], cnt[keep], d, ctxs[alive], c_h[alive], (gamma_num + moved)[alive]))
