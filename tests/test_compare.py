@@ -193,3 +193,22 @@ def test_gap_over_text_and_seeds_takes_a_given_seed_half_width_and_rejects_bad_i
     with pytest.raises(ValueError, match="NaN"):
         gap_over_text_and_seeds(np.r_[a[0, :-1], np.nan][None], b, seeds_half_width=0.0)
     assert t_quantile(2) == pytest.approx(4.303, abs=1e-3) and t_quantile(3) == pytest.approx(3.182, abs=1e-3)
+
+
+def test_paired_bleu_bootstrap_matches_sacrebleu_and_covers_the_difference():
+    from sacrebleu.metrics import BLEU
+
+    from utils.compare import paired_bleu_bootstrap
+
+    rng = np.random.default_rng(0)
+    words = "a man dog runs on the grass in front of white fence two girls play ball".split()
+    refs = [" ".join(rng.choice(words, rng.integers(5, 12))) for _ in range(60)]
+    noisy = [" ".join(w if rng.random() > 0.3 else "x" for w in r.split()) for r in refs]  # 30% words wrong
+    noisier = [" ".join(w if rng.random() > 0.5 else "x" for w in r.split()) for r in refs]
+    diff, lo, hi = paired_bleu_bootstrap(noisy, noisier, refs, n_boot=300)
+    expected = BLEU().corpus_score(noisy, [refs]).score - BLEU().corpus_score(noisier, [refs]).score
+    assert diff == pytest.approx(expected, abs=1e-9)  # the full-sample difference is sacreBLEU's
+    assert lo < diff < hi and lo > 0  # a clear gap: the interval excludes 0
+    assert paired_bleu_bootstrap(noisy, noisy, refs, n_boot=50) == (0.0, 0.0, 0.0)  # a system against itself
+    with pytest.raises(ValueError, match="N references"):
+        paired_bleu_bootstrap(noisy, noisier[:-1], refs)

@@ -164,7 +164,6 @@ NOT_PRINTED: dict[str, set[str]] = {
     "04_backpropagation_through_time": {"tbptt_k100_val_loss_equal_time_std"},
     "09_transformer_classifier": {"ladder_gain_std_pre_ln"},
     "10_transformer_translation": {"alignment_chance_weight"},  # the cell prints 4 decimals now
-    "14_taming_the_transformer": {"val_loss_preln_nowarmup_std", "val_loss_preln_warmup0_lr2e-03_std"},
 }
 # The cell that builds a notebook's record: it assigns or updates `metrics`, or saves it.
 RECORD_CELL = re.compile(r"^metrics\b\s*(?:=|\|=|\[|\.update)|save_results\(", re.M)

@@ -9,6 +9,7 @@ choose_rate) and `utils.ngram` (the held-out choice of k).
 The decision rules of the notebooks, each said once: `verdict` (a headline a - b from its
 interval), `binomial_half_width` (one accuracy's 95% sampling interval), `paired_bootstrap`
 (notebook 09's interval for a seed-averaged gain, resampling the validation examples),
+`paired_bleu_bootstrap` (notebook 10: the interval of one system's corpus BLEU minus another's),
 `gap_over_text_and_seeds` (a language model against another, per position, over held-out text
 and seeds: notebooks 03 and 05) and `keep_or_drop` (notebook 09's ladder rule). The per-example paired interval is
 `utils.metrics.paired_difference`.
@@ -83,6 +84,38 @@ def paired_bootstrap(hits_a, hits_b, n_boot: int = 2000, seed: int = 0) -> tuple
     idx = np.random.default_rng(seed).integers(0, len(a), (n_boot, len(a)))  # (n_boot, N) example draws
     lo, hi = np.percentile(a[idx].mean(1) - b[idx].mean(1), [2.5, 97.5])  # over the n_boot mean gains
     return float(lo), float(hi)
+
+
+def paired_bleu_bootstrap(hyps_a, hyps_b, refs, n_boot: int = 1000, seed: int = 0
+                          ) -> tuple[float, float, float]:
+    """Corpus BLEU(a) - BLEU(b) on the same test sentences, and its 95% percentile-bootstrap
+    interval: (difference, lo, hi), in BLEU points (sacreBLEU's default BLEU, one reference each).
+
+    hyps_a, hyps_b, refs: N detokenized strings each. Each of the n_boot draws resamples the N
+    sentences with replacement, the SAME draw for both systems (paired), and recomputes both
+    corpus scores from the per-sentence n-gram counts (as sacreBLEU's own paired test does, so a
+    draw costs a sum, not a re-tokenization). It covers which test sentences were drawn, not which
+    random draw of the weights each system had. sacreBLEU's `PairedTest` gives each system's own
+    interval and a p-value; this is the interval of the difference the comparison needs.
+    """
+    from sacrebleu.metrics import BLEU  # local: notebooks without translation do not need it
+
+    if not len(hyps_a) == len(hyps_b) == len(refs) or len(refs) < 2 or n_boot < 1:
+        raise ValueError(f"need N >= 2 hypotheses of each system and N references, and n_boot >= 1; got "
+                         f"{len(hyps_a)}, {len(hyps_b)}, {len(refs)} and n_boot={n_boot}")
+    bleu = BLEU()
+    # (N, 2 + 2 * 4): per sentence, hypothesis and reference length, then matches and totals per order
+    stats = [np.asarray(bleu._extract_corpus_statistics(list(h), [list(refs)]), dtype=np.int64)
+             for h in (hyps_a, hyps_b)]
+
+    def score(s):  # summed counts -> corpus BLEU
+        return bleu._compute_score_from_stats(s.tolist()).score
+
+    diff = score(stats[0].sum(0)) - score(stats[1].sum(0))
+    idx = np.random.default_rng(seed).integers(0, len(refs), (n_boot, len(refs)))  # (n_boot, N) draws
+    draws = [score(stats[0][i].sum(0)) - score(stats[1][i].sum(0)) for i in idx]
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return float(diff), float(lo), float(hi)
 
 
 class Decision(NamedTuple):
