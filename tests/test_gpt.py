@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from helpers import randomize_
 
 from utils.decoding import greedy_decode, sample
-from utils.gpt import GPT, GPTConfig, decoding_step, evaluate_lm, load_from_hf, train_lm
+from utils.gpt import GPT, GPTConfig, decoding_step, evaluate_lm, load_from_hf, token_nll, train_lm
 from utils.text import random_windows
 from utils.train import adamw, param_count
 
@@ -155,6 +155,36 @@ def test_evaluate_lm_window_restarts_the_context_every_window_tokens():
     assert evaluate_lm(model, data, window=5) == pytest.approx(total.item() / 39, abs=1e-5)
     with pytest.raises(ValueError, match="window"):
         evaluate_lm(model, data, window=17)
+
+
+def test_token_nll_is_per_position_in_the_split_order_and_averages_to_evaluate_lm():
+    model = tiny()
+    data = torch.randint(0, 11, (40,))
+    nll = token_nll(model, data, batch_size=3, window=5)  # 8 windows of 5, 39 targets, 3 batches
+    assert nll.shape == (39,) and nll.device.type == "cpu"
+    with torch.no_grad():  # position t is predicted from the window that holds it, in order
+        direct = torch.cat([torch.nn.functional.cross_entropy(model(data[None, s:s + 5][:, :len(data[s + 1:s + 6])])[0],
+                                                              data[s + 1:s + 6], reduction="none")
+                            for s in range(0, 39, 5)])
+    assert torch.allclose(nll, direct, atol=1e-5)
+    assert evaluate_lm(model, data, batch_size=3, window=5) == pytest.approx(nll.double().mean().item(), abs=1e-7)
+
+
+def test_token_nll_with_a_stride_scores_each_token_once_with_overlapping_context():
+    model = tiny()
+    data = torch.randint(0, 11, (40,))
+    nll = token_nll(model, data, batch_size=2, window=8, stride=3)  # windows at 0, 3, 6, ..., 33
+    assert nll.shape == (39,)
+    x, y = data[:-1], data[1:]
+    with torch.no_grad():
+        direct = [torch.nn.functional.cross_entropy(model(x[None, :8])[0], y[:8], reduction="none")]
+        for s in range(3, 34, 3):  # each later window scores its last 3 targets (the last one fewer)
+            logits = model(x[None, s:s + 8])[0]
+            direct.append(torch.nn.functional.cross_entropy(logits, y[s:s + 8], reduction="none")[5:])
+    assert torch.allclose(nll, torch.cat(direct), atol=1e-5)
+    assert torch.allclose(token_nll(model, data, window=8, stride=8), token_nll(model, data, window=8))
+    with pytest.raises(ValueError, match="stride"):
+        token_nll(model, data, window=8, stride=9)
 
 
 def test_train_lm_schedule_updates_runs_the_start_of_a_longer_plan():

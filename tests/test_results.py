@@ -159,7 +159,7 @@ PRINTED = re.compile(rf"(?<![\w.])(?:{NUMBER})")
 NOT_PRINTED: dict[str, set[str]] = {
     "14_taming_the_transformer": {"runs_trained"},  # printed in the record cell itself; the next run prints it before
     "07_seq2seq_and_attention": {"attention_entropy_share_luong"},
-    "11_gpt_language_models": {"gpt_char_tokens", "gpt_char_val_loss_window100"},  # printed as 8.2M and in bits
+    "11_gpt_language_models": {"gpt_char_val_loss_window100"},  # printed in bits
     # printed with one significant digit ("0.007" for 0.0074), which traces nothing; each
     # notebook's re-run under its open issue of this round prints them in full
     "04_backpropagation_through_time": {"tbptt_k100_val_loss_equal_time_std"},

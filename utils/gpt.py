@@ -212,30 +212,47 @@ def lm_step(model: nn.Module, batch) -> dict:
 
 
 @torch.no_grad()
-def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, precision: str = "fp32",
-                window: int | None = None) -> float:
-    """Mean next-token loss (nats) over a whole split `ids` (N,): every token after the first
-    is predicted exactly once, in consecutive windows of `window` tokens (default block_size);
-    the context restarts at each window, so a shorter window scores the same model with less
-    context (e.g. 100, the windows the course's RNNs are scored on)."""
+def token_nll(model: GPT, ids: Tensor, batch_size: int = 32, precision: str = "fp32",
+              window: int | None = None, stride: int | None = None) -> Tensor:
+    """Next-token loss (nats) of every token of a split `ids` (N,) after the first: shape (N - 1,),
+    on the CPU, in the split's order, so two models can be compared position by position.
+
+    Windows of `window` tokens (default block_size) start every `stride` tokens (default: the
+    window, so each token is predicted once and the context restarts at each window; a shorter
+    window scores the same model with less context, e.g. 100, the course's RNN windows). With
+    `stride` < `window` the windows overlap and each after the first scores only its last `stride`
+    targets, so every token but the first `window - stride` has at least that much context.
+    """
     T, device = window or model.cfg.block_size, model_device(model)
+    S = stride or T
     if not 0 < T <= model.cfg.block_size:
         raise ValueError(f"window must be in 1..block_size={model.cfg.block_size}, got {window}")
+    if not 0 < S <= T:
+        raise ValueError(f"stride must be in 1..window={T}, got {stride}")
     model.eval()
     x_all, y_all = ids[:-1], ids[1:]  # (N - 1,)
-    total, count = 0.0, 0
-    starts = list(range(0, len(x_all), T))
+    # window k starts at k * S and scores targets [T - S, T) of its own (all of them for k = 0)
+    starts = [0] + list(range(S, max(len(x_all) - T + S, S), S))
+    out = []
     for i in range(0, len(starts), batch_size):
         xs = [x_all[s:s + T] for s in starts[i:i + batch_size]]
-        ys = [y_all[s:s + T] for s in starts[i:i + batch_size]]
+        ys = [y_all[s:s + T].clone() for s in starts[i:i + batch_size]]
+        for s, y in zip(starts[i:i + batch_size], ys):
+            y[:T - S if s else 0] = -100  # already scored by the previous window
         x = nn.utils.rnn.pad_sequence(xs, batch_first=True)  # (B, T); only the last may be short
         y = nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-100)  # (B, T)
         with autocast(model, precision):
             logits = model(x.to(device))  # (B, T, V)
-        nll = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten(),
-                              ignore_index=-100, reduction="sum")
-        total, count = total + nll.item(), count + int((y != -100).sum())
-    return total / count
+        nll = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten(), ignore_index=-100,
+                              reduction="none")  # (B * T,)
+        out.append(nll[y.flatten() != -100].cpu())
+    return torch.cat(out)
+
+
+def evaluate_lm(model: GPT, ids: Tensor, batch_size: int = 32, precision: str = "fp32",
+                window: int | None = None) -> float:
+    """Mean next-token loss (nats) over a whole split `ids` (N,): the mean of `token_nll`."""
+    return token_nll(model, ids, batch_size, precision, window).double().mean().item()
 
 
 def train_lm(model: GPT, train_ids: Tensor, *, updates: int | None = None, seconds: float | None = None,
