@@ -163,7 +163,7 @@ NOT_PRINTED: dict[str, set[str]] = {
     # printed with one significant digit ("0.007" for 0.0074), which traces nothing; each
     # notebook's re-run under its open issue of this round prints them in full
     "04_backpropagation_through_time": {"tbptt_k100_val_loss_equal_time_std"},
-    "09_transformer_classifier": {"ladder_gain_std_pre_ln"},
+    "09_transformer_classifier": {"ladder_gain_std_pre_ln", "val_test_gap_tfidf_lr", "val_test_gap_seed_config"},
 }
 # The cell that builds a notebook's record: it assigns or updates `metrics`, or saves it.
 RECORD_CELL = re.compile(r"^metrics\b\s*(?:=|\|=|\[|\.update)|save_results\(", re.M)
