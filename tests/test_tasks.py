@@ -172,3 +172,23 @@ def test_recall_sweep_ranks_rates_by_runs_solved_before_updates(monkeypatch):
     out = tasks.recall_sweep({"rnn": ("rnn", None)}, [3], seeds=[0], lrs=[1e-3, 1e-2], cap=600,
                              grid_distance=3, grid_seeds=[10, 11], max_extra=0)
     assert out["grid"] == {("rnn", 1e-3): (1, 325), ("rnn", 1e-2): (2, 500)} and out["lr"]["rnn"] == 1e-2
+
+
+def test_recall_sweep_in_two_processes_equals_one_process():
+    """Every run seeds itself, so which process trains which variant changes nothing."""
+    from utils.tasks import parallel_workers, recall_sweep, run_parallel
+
+    variants = {"rnn": ("rnn", None), "gru": ("gru", "open")}
+    kw = dict(distances={"rnn": [3], "gru": [3, 5]}, seeds=[0, 1], lrs=[1e-2], cap=30,
+              grid_distance={"rnn": 3, "gru": 5}, grid_seeds=[10], max_extra=0, device="cpu")
+    one, two = recall_sweep(variants, workers=1, **kw), recall_sweep(variants, workers=2, **kw)
+    assert one["lr"] == two["lr"] and one["grid"] == two["grid"] and one["runs"].keys() == two["runs"].keys()
+    assert set(one["runs"]) == {("rnn", 3), ("gru", 3), ("gru", 5)} and set(one["grid"]) == {("rnn", 1e-2), ("gru", 1e-2)}
+    for key, runs in one["runs"].items():
+        for a, b in zip(runs, two["runs"][key], strict=True):
+            assert a["updates"] == b["updates"] and a["test_acc"] == b["test_acc"]
+            assert a["history"]["loss"] == b["history"]["loss"]
+    with pytest.raises(ValueError, match="at least 1"):
+        run_parallel(dict, [{}], workers=0)
+    assert run_parallel(dict, [{"a": 1}, {"b": 2}], workers=2) == [{"a": 1}, {"b": 2}]
+    assert parallel_workers("meta") == 1 and parallel_workers("cpu") >= 1

@@ -11,6 +11,10 @@ Shapes (batch-first): B batch, T time steps (= distance), V vocabulary, H hidden
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -179,45 +183,100 @@ def train_recall(cell: str = "rnn", distance: int = 20, hidden_size: int = 32,
             "stopped": log["updates"] < steps}
 
 
-def recall_sweep(variants: dict, distances: list[int], seeds: list[int], lrs: list[float],
-                 cap: int, grid_distance: int, grid_seeds: list[int],
+def parallel_workers(device: str | torch.device | None = None) -> int:
+    """How many processes `run_parallel` should use: the usable CPU cores on the CPU, else 1.
+
+    The recall models are tiny, so one run gains little from a second thread but two runs on
+    two cores take the time of one. On a GPU the runs stay in one process (they share the card).
+    """
+    device = torch.device(device) if device is not None else get_device()
+    if device.type != "cpu":
+        return 1
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return max(1, len(cores))
+
+
+def run_parallel(fn, jobs: list[dict], workers: int = 1) -> list:
+    """[fn(**job) for job in jobs], in order; with `workers` > 1, in that many processes.
+
+    Every job must seed itself (as `train_recall` does), so the results do not depend on which
+    process ran which job: in parallel they equal the sequential ones (tested). `fn` must be
+    importable from a module (processes are spawned, as on every OS; in a script, call this
+    under `if __name__ == "__main__":`). Each process uses one CPU thread.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers == 1 or len(jobs) <= 1:
+        return [fn(**job) for job in jobs]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx, initializer=_worker_init) as pool:
+        futures = [pool.submit(fn, **job) for job in jobs]
+        return [f.result() for f in futures]
+
+
+def _worker_init() -> None:
+    """One CPU thread per process; no progress bars (a worker's would not reach the notebook)."""
+    os.environ["SEQ_QUIET"] = "1"
+    torch.set_num_threads(1)
+
+
+def _sweep_variant(cell: str, forget_bias, distances: list[int], seeds: list[int], lrs: list[float],
+                   cap: int, grid_distance: int, grid_seeds: list[int], device, stop_at: float,
+                   max_extra: int, kw: dict) -> dict:
+    """One variant of `recall_sweep`: its rate on the grid seeds, then every seed at every distance."""
+    from utils.train import choose_rate
+
+    grid = {}
+
+    def train(T, lr, seed):
+        return train_recall(cell, T, steps=cap, lr=lr, seed=seed, device=device,
+                            forget_bias=forget_bias, stop_at=stop_at, **kw)
+
+    def trial(lr):
+        tried = [train(grid_distance, lr, s) for s in grid_seeds]
+        reached, updates = sum(r["val_acc"] >= stop_at for r in tried), sum(r["updates"] for r in tried) / len(tried)
+        grid[lr] = (reached, updates)
+        return len(tried) - reached + updates / (cap + 1)  # fewer misses first, then fewer updates
+
+    lr = choose_rate(trial, lrs, max_extra=max_extra)[0]
+    return {"lr": lr, "grid": grid, "runs": {T: [train(T, lr, s) for s in seeds] for T in distances}}
+
+
+def recall_sweep(variants: dict, distances: list[int] | dict, seeds: list[int], lrs: list[float],
+                 cap: int, grid_distance: int | dict, grid_seeds: list[int],
                  device: str | torch.device | None = None, stop_at: float = SOLVED_ACC,
-                 max_extra: int = 2, **kw) -> dict:
+                 max_extra: int = 2, workers: int = 1, **kw) -> dict:
     """Each variant at its own learning rate, chosen on validation, then over several seeds.
 
     Every run stops as soon as its validation accuracy reaches `stop_at` (checked every few
-    dozen updates), under a cap of `cap` updates, so the table measures distance, not budget.
-    `variants` maps a name to (cell, forget_bias). For each variant, every rate in `lrs` trains
+    dozen updates), under a cap of `cap` updates, so the table measures reach within the cap.
+    `variants` maps a name to (cell, forget_bias); `distances` and `grid_distance` are one value
+    for all, or a dict name -> value. For each variant, every rate in `lrs` trains
     the `grid_seeds` at `grid_distance`; the rate that reaches `stop_at` on validation in the most
     grid runs wins, ties going to the fewest mean updates (a count, the same on any device). A
     winner at the edge of the grid sends the search one step (x3 or /3) further out, at most
     `max_extra` times (`utils.train.choose_rate`). The grid seeds must differ from `seeds`: grid
-    runs choose, they are not reported. Returns {"lr": {name: chosen rate}, "grid": {(name, lr):
-    (runs that reached stop_at, mean updates)} for every rate tried, "runs": {(name, distance):
-    [one `train_recall` result per seed]}}; report "test_acc", "solved" and "updates" of the runs
-    (the held-out set took no part in any choice).
+    runs choose, they are not reported. The variants are independent: with `workers` > 1 they
+    train in that many processes (`run_parallel`; same results). Returns {"lr": {name: chosen
+    rate}, "grid": {(name, lr): (runs that reached stop_at, mean updates)} for every rate tried,
+    "runs": {(name, distance): [one `train_recall` result per seed]}}; report "test_acc",
+    "solved" and "updates" of the runs (the held-out set took no part in any choice).
     """
-    from utils.train import choose_rate
-
     if set(seeds) & set(grid_seeds):
         raise ValueError(f"the grid seeds {grid_seeds} must differ from the reported seeds {seeds}: "
                          "runs that choose the rate are not counted in the table")
-    grid, chosen, runs = {}, {}, {}
-    for name, (cell, forget_bias) in variants.items():
-        def train(T, lr, seed, cell=cell, forget_bias=forget_bias):
-            return train_recall(cell, T, steps=cap, lr=lr, seed=seed, device=device,
-                                forget_bias=forget_bias, stop_at=stop_at, **kw)
-
-        def trial(lr, name=name, train=train):
-            tried = [train(grid_distance, lr, s) for s in grid_seeds]
-            reached, updates = sum(r["val_acc"] >= stop_at for r in tried), sum(r["updates"] for r in tried) / len(tried)
-            grid[name, lr] = (reached, updates)
-            return len(tried) - reached + updates / (cap + 1)  # fewer misses first, then fewer updates
-
-        chosen[name] = choose_rate(trial, lrs, max_extra=max_extra)[0]
-        for T in distances:
-            runs[name, T] = [train(T, chosen[name], s) for s in seeds]
-    return {"lr": chosen, "grid": grid, "runs": runs}
+    jobs = [dict(cell=cell, forget_bias=forget_bias, seeds=seeds, lrs=lrs, cap=cap, grid_seeds=grid_seeds,
+                 distances=distances[name] if isinstance(distances, dict) else distances,
+                 grid_distance=grid_distance[name] if isinstance(grid_distance, dict) else grid_distance,
+                 device=device, stop_at=stop_at, max_extra=max_extra, kw=kw)
+            for name, (cell, forget_bias) in variants.items()]
+    parts = run_parallel(_sweep_variant, jobs, workers)
+    out = {"lr": {}, "grid": {}, "runs": {}}
+    for name, part in zip(variants, parts, strict=True):
+        out["lr"][name] = part["lr"]
+        out["grid"].update({(name, lr): v for lr, v in part["grid"].items()})
+        out["runs"].update({(name, T): rs for T, rs in part["runs"].items()})
+    return out
 
 
 def updates_to_solve(runs: list[dict]) -> int | None:
