@@ -192,3 +192,18 @@ def test_recall_sweep_in_two_processes_equals_one_process():
         run_parallel(dict, [{}], workers=0)
     assert run_parallel(dict, [{"a": 1}, {"b": 2}], workers=2) == [{"a": 1}, {"b": 2}]
     assert parallel_workers("meta") == 1 and parallel_workers("cpu") >= 1
+
+
+def test_models_from_other_processes_come_back_on_the_jobs_device():
+    """A run trained in another process returns plain CPU tensors; the course's device check
+    (run.device = cpu:0 in the tests) must see them sent to the device, as the notebook's own are."""
+    from course import devicecheck
+    from utils.tasks import run_parallel, train_recall
+
+    job = dict(cell="rnn", distance=3, steps=5, lr=1e-2, seed=0, device="cpu:0")
+    devicecheck.install(torch.device("cpu:0"))
+    try:
+        runs = run_parallel(train_recall, [job, dict(job, seed=1)], workers=2)
+        assert all(devicecheck.on_device(p) for r in runs for p in r["model"].parameters())
+    finally:
+        devicecheck.remove()

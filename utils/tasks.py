@@ -202,7 +202,8 @@ def run_parallel(fn, jobs: list[dict], workers: int = 1) -> list:
     Every job must seed itself (as `train_recall` does), so the results do not depend on which
     process ran which job: in parallel they equal the sequential ones (tested). `fn` must be
     importable from a module (processes are spawned, as on every OS; in a script, call this
-    under `if __name__ == "__main__":`). Each process uses one CPU thread.
+    under `if __name__ == "__main__":`). Each process uses one CPU thread. Models in a result
+    come back sent to the job's `device` (a process returns them as plain CPU tensors).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
@@ -211,7 +212,22 @@ def run_parallel(fn, jobs: list[dict], workers: int = 1) -> list:
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx, initializer=_worker_init) as pool:
         futures = [pool.submit(fn, **job) for job in jobs]
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    for job, result in zip(jobs, results, strict=True):  # a model comes back as plain CPU tensors:
+        _place(result, job.get("device") or get_device())  # send it where the job asked for it
+    return results
+
+
+def _place(value, device) -> None:
+    """Send every `nn.Module` inside a result (dicts and lists, nested) to `device`, in place."""
+    if isinstance(value, nn.Module):
+        value.to(device)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _place(v, device)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _place(v, device)
 
 
 def _worker_init() -> None:
