@@ -307,6 +307,18 @@ def test_the_tfidf_baseline_reads_pre_tokenized_text_as_it_is():
     assert list(model.predict(["great plot", "awful film"])) == [1, 0]
 
 
+def test_the_tfidf_baseline_reads_triples_when_asked_and_refuses_a_bad_range():
+    import pytest
+
+    from utils.classifiers import tfidf_logistic_regression
+    texts = ["a great film !", "an awful film .", "a great cast , great plot", "an awful , awful plot"] * 3
+    model = tfidf_logistic_regression(ngram_range=(1, 3)).fit(texts, [1, 0, 1, 0] * 3)
+    assert "a great film" in model[0].vocabulary_ and "great film" in model[0].vocabulary_
+    assert "a great film" not in tfidf_logistic_regression().fit(texts, [1, 0, 1, 0] * 3)[0].vocabulary_
+    with pytest.raises(ValueError, match="ngram_range"):
+        tfidf_logistic_regression(ngram_range=(2, 1))
+
+
 # ---------------------------------------------------------------------------- the bookkeeping of 09 and 06
 def macs_per_review_09(setup, train_lengths):  # notebook 09, cell 23, with train_lengths passed in
     enc = setup["model"].encoder

@@ -362,16 +362,20 @@ def features_step(model: nn.Module, batch) -> dict:
             "acc": (logits.argmax(-1) == y).float().mean()}
 
 
-def tfidf_logistic_regression(C: float = 10.0):
+def tfidf_logistic_regression(C: float = 10.0, ngram_range: tuple[int, int] = (1, 2)):
     """The course's linear baseline (notebooks 06 and 09): TF-IDF of word 1- and 2-grams
     (sublinear tf, seen in at least 2 reviews) into logistic regression, as one scikit-learn
-    pipeline. It reads reviews already tokenized and joined by spaces, so it sees the same
-    words as the neural models: `fit([" ".join(tokens), ...], labels)`."""
+    pipeline; `ngram_range=(1, 3)` adds word triples. It reads reviews already tokenized and
+    joined by spaces, so it sees the same words as the neural models:
+    `fit([" ".join(tokens), ...], labels)`."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, token_pattern=None,
+    lo, hi = ngram_range
+    if not 1 <= lo <= hi:
+        raise ValueError(f"ngram_range must be (lo, hi) with 1 <= lo <= hi, got {ngram_range!r}")
+    return make_pipeline(TfidfVectorizer(ngram_range=(lo, hi), min_df=2, sublinear_tf=True, token_pattern=None,
                                          tokenizer=str.split, lowercase=False),
                          LogisticRegression(C=C, max_iter=1000))
 
