@@ -162,8 +162,6 @@ NOT_PRINTED: dict[str, set[str]] = {
     "11_gpt_language_models": {"gpt_char_val_loss_window100"},  # printed in bits
     # printed with one significant digit ("0.007" for 0.0074), which traces nothing; each
     # notebook's re-run under its open issue of this round prints them in full
-    # printed as "x1.76" (glued to the x) and "± 0.006"; the code now prints them apart and in full
-    "04_backpropagation_through_time": {"recall_rnn_growth_per_doubling", "tbptt_k100_val_loss_equal_time_std"},
     "09_transformer_classifier": {"ladder_gain_std_pre_ln", "val_test_gap_tfidf_lr", "val_test_gap_seed_config"},
 }
 # The cell that builds a notebook's record: it assigns or updates `metrics`, or saves it.
